@@ -1,0 +1,132 @@
+"""Load the policy (and tokenizer) from a local directory or the hub; LoRA through peft when asked."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.config import ConfigError
+from pods.hub import OfflineError, offline_message, prepare_hub_access
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(cfg) -> torch.device:
+    want = cfg.hardware.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"hardware={cfg.hardware.name} needs a CUDA GPU but none is visible; "
+                "use hardware=cpu (or hardware=auto)"
+            )
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def resolve_dtype(cfg, device: torch.device) -> torch.dtype:
+    name = cfg.model.dtype if cfg.model.dtype != "auto" else cfg.hardware.dtype
+    if device.type == "cpu" and name != "float32":
+        name = "float32"  # half precision on CPU is slow and numerically poor for training
+    return DTYPES[name]
+
+
+def _is_local(path: str) -> bool:
+    return Path(path).exists() or path.startswith(("/", "./", "../"))
+
+
+def check_model_source(cfg) -> None:
+    """Fail before anything heavy if the model can be neither found locally nor fetched."""
+    path = cfg.model.path
+    if _is_local(path):
+        if not (Path(path) / "config.json").exists():
+            raise ConfigError(
+                f"model.path={path!r}: no config.json there (a saved transformers model directory)"
+            )
+        return
+    prepare_hub_access()
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(path, "config.json")
+    if os.environ.get("HF_HUB_OFFLINE") == "1" and not isinstance(cached, str):
+        raise OfflineError(
+            offline_message(
+                "model",
+                path,
+                "model.path",
+                "Download it on a machine with network (huggingface-cli download), "
+                "or point model.path at a local directory.",
+            )
+        )
+    if cfg.hardware.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError("hardware.load_in_4bit=true needs bitsandbytes: pip install bitsandbytes")
+
+
+def load_tokenizer(cfg):
+    tok = AutoTokenizer.from_pretrained(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_policy(cfg, device: torch.device):
+    """Returns (model, reference model or None). The reference is only built when algo.beta > 0."""
+    dtype = resolve_dtype(cfg, device)
+    kwargs = dict(
+        dtype=dtype,
+        attn_implementation=cfg.hardware.attn_implementation,
+        trust_remote_code=cfg.model.trust_remote_code,
+    )
+    if cfg.hardware.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4"
+        )
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, **kwargs).to(device)
+    ref = None
+    if cfg.algo.beta > 0 and not cfg.hardware.lora:
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+    if cfg.hardware.lora:
+        from peft import LoraConfig, get_peft_model
+
+        lc = cfg.model.lora
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lc.r,
+                lora_alpha=lc.alpha,
+                lora_dropout=lc.dropout,
+                target_modules=list(lc.targets),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    if cfg.hardware.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.hardware.lora:
+            model.enable_input_require_grads()
+    model.train()
+    return model, ref
+
+
+class AdapterDisabledRef:
+    """With LoRA, the reference policy is the base model: the same module with the adapter switched off."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+
+def reference_policy(model, ref, cfg):
+    if cfg.algo.beta <= 0:
+        return None
+    return AdapterDisabledRef(model) if cfg.hardware.lora else ref

@@ -1,0 +1,359 @@
+"""The GRPO loop with PODS down-sampling and GRESO pre-rollout filtering.
+
+    for each step:
+        prompts -> pre-rollout filter -> n rollouts each -> rewards      (RolloutCollector)
+        keep m of n per prompt (selector)  -> advantages on the kept m
+        clipped policy-gradient update (mu iterations, micro-batched)
+        eval / checkpoint on the training clock
+
+Every stage runs under a named timer; the training clock excludes eval and checkpointing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+from pods import checkpoint as ckpt
+from pods.data import PromptSampler, format_prompt, load_examples
+from pods.data.tasks import DataError
+from pods.distributed import Dist
+from pods.filter import build_prefilter
+from pods.models import load_policy, load_tokenizer, reference_policy, resolve_device
+from pods.reward import build_reward
+from pods.rollout import build_generator
+from pods.rollout.collect import RolloutCollector
+from pods.selection import downsample
+from pods.selection.diagnostics import selection_metrics
+from pods.timing import PhaseTimer
+from pods.tracking import MetricsLogger
+from pods.update import group_advantages
+from pods.update.optim import build_optimizer
+from pods.update.step import policy_update
+
+log = logging.getLogger("pods")
+
+
+def run_info_for(cfg) -> dict:
+    s = cfg.selector
+    variant = f"{s.name}-n{s.n}-m{s.m}"
+    return {
+        "name": cfg.name or f"{variant}-s{cfg.seed}",
+        "variant": variant,
+        "seed": cfg.seed,
+        "selector": s.name,
+        "n": s.n,
+        "m": s.m,
+        "model": cfg.model.name,
+        "dataset": cfg.dataset.name,
+        "group": cfg.logger.group or cfg.experiment,
+        "experiment": cfg.experiment,
+    }
+
+
+class Trainer:
+    def __init__(self, cfg, run_dir: Path):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        transformers.set_seed(cfg.seed)
+        self.device = resolve_device(cfg)
+        self.dist = Dist(cfg, self.device)
+        self.tok = load_tokenizer(cfg)
+        self.reward_fn = build_reward(cfg.reward)
+        self._load_data()
+        self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
+        self.ref = reference_policy(self.model, ref, cfg)
+        self.generator = build_generator(cfg, self.model, self.tok, self.device)
+        optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
+        self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
+        self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)  # same draws on every rank
+        self.prefilter = build_prefilter(cfg.selector.prefilter, cfg.selector.greso, cfg.seed)
+        self.select_gen = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
+        self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
+        self.collector = RolloutCollector(
+            cfg,
+            self.sampler,
+            self.prefilter,
+            self.generator,
+            self.reward_fn,
+            self.train_prompts,
+            self.train_answers,
+            self.timer,
+            self.dist,
+        )
+        self.step = 0
+        self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
+        self.next_eval = self._first_due(cfg.eval.every_seconds)
+        self.next_ckpt = self._first_due(cfg.checkpoint.every_seconds)
+        self.run_info = self._run_info()
+        resume_step = self._maybe_resume()
+        self.logger = (
+            MetricsLogger(cfg, self.run_dir, self.run_info, resume_step) if self.dist.is_main else None
+        )
+
+    # --- setup ----------------------------------------------------------------------------------
+
+    def _load_data(self) -> None:
+        d, m = self.cfg.dataset, self.cfg.model
+        train, self.train_report = load_examples(d, "train")
+        evals, self.eval_report = load_examples(d, "eval", exclude={e.question for e in train})
+        fmt = lambda ex: format_prompt(ex, d.template, d.system_prompt, self.tok, m.use_chat_template)  # noqa: E731
+        self.train_prompts, self.train_answers = self._length_checked(train, fmt, self.train_report)
+        self.eval_prompts, self.eval_answers = self._length_checked(evals, fmt, self.eval_report)
+        for r in (self.train_report, self.eval_report):
+            log.info(
+                "data %s: %d rows, %d kept, bad: %s",
+                r.split,
+                r.rows,
+                len(self.train_prompts if r.split == "train" else self.eval_prompts),
+                r.bad or "none",
+            )
+
+    def _length_checked(self, examples, fmt, report) -> tuple[list[str], list[str]]:
+        prompts, answers = [], []
+        limit = self.cfg.model.max_prompt_len
+        for ex in examples:
+            p = fmt(ex)
+            if len(self.tok(p, add_special_tokens=False)["input_ids"]) > limit:
+                report.add_bad(f"prompt longer than model.max_prompt_len={limit}")
+                continue
+            prompts.append(p)
+            answers.append(ex.answer)
+        too_long = {k: v for k, v in report.bad.items() if k.startswith("prompt longer")}
+        if too_long and self.cfg.dataset.on_bad_rows == "error":
+            raise DataError(
+                f"{report.split}: {too_long}; raise model.max_prompt_len or set dataset.on_bad_rows=skip"
+            )
+        if not prompts:
+            raise DataError(f"{report.split} split has no prompt within model.max_prompt_len={limit}")
+        return prompts, answers
+
+    def _first_due(self, every: float) -> float:
+        return every if every > 0 else math.inf
+
+    def _run_info(self) -> dict:
+        path = self.run_dir / "run_info.json"
+        info = run_info_for(self.cfg)
+        old = json.loads(path.read_text()) if path.exists() else {}
+        info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
+        info["data"] = {"train": self.train_report.__dict__, "eval": self.eval_report.__dict__}
+        info["world_size"] = self.dist.world
+        if self.dist.is_main:
+            path.write_text(json.dumps(info, indent=2))
+        return info
+
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def _trainer_state(self) -> dict:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "prefilter": self.prefilter.state_dict(),
+            "select_gen": self.select_gen.get_state(),
+            "counters": dict(self.counters),
+            "train_clock": self.timer.train_clock,
+            "next_eval": self.next_eval,
+            "next_ckpt": self.next_ckpt,
+            "zero_var_ratio": self.collector.zero_var_ratio,
+        }
+
+    def save(self) -> None:
+        """Only rank 0 writes (all ranks hold the same weights and optimizer state under DDP)."""
+        with self.timer.phase("checkpoint"):
+            if self.dist.is_main:
+                ckpt.save_checkpoint(
+                    self.run_dir / "checkpoints",
+                    self.step,
+                    self.model,
+                    self._trainer_state(),
+                    self.cfg.checkpoint.keep_last,
+                )
+            self.dist.barrier()
+
+    def _maybe_resume(self) -> int | None:
+        if not self.cfg.resume:
+            return None
+        path = ckpt.latest_checkpoint(self.run_dir / "checkpoints")
+        if path is None:
+            log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
+            return None
+        ckpt.load_weights(self.model, path, self.cfg.hardware.lora)
+        st = ckpt.load_trainer_state(path)
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
+        self.sampler.load_state_dict(st["sampler"])
+        self.prefilter.load_state_dict(st["prefilter"])
+        self.select_gen.set_state(st["select_gen"])
+        self.counters.update(st["counters"])
+        self.timer.train_clock = st["train_clock"]
+        self.next_eval, self.next_ckpt = st["next_eval"], st["next_ckpt"]
+        self.collector.zero_var_ratio = st["zero_var_ratio"]
+        ckpt.set_rng_state(st["rng"])
+        self.step = st["step"]
+        log.info("resumed from %s (step %d, training clock %.1fs)", path, self.step, self.timer.train_clock)
+        return self.step
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        c = self.cfg
+        return self.step >= c.max_steps or (
+            c.max_train_time > 0 and self.timer.train_clock >= c.max_train_time
+        )
+
+    def train(self) -> dict:
+        c = self.cfg
+        if self.step == 0 and c.eval.at_start:
+            self.evaluate()
+        bar = tqdm(
+            total=c.max_steps,
+            initial=self.step,
+            desc=self.run_info["name"],
+            dynamic_ncols=True,
+            disable=not self.dist.is_main,
+        )
+        last_eval = self.step if self.step == 0 and c.eval.at_start else -1
+        while not self.done():
+            rec = self.train_step()
+            bar.update(1)
+            bar.set_postfix(
+                reward=f"{rec.get('reward/mean', float('nan')):.3f}", clock=f"{self.timer.train_clock:.0f}s"
+            )
+            if self._due(c.eval.every_steps, "next_eval", c.eval.every_seconds):
+                self.evaluate()
+                last_eval = self.step
+            if self._due(c.checkpoint.every_steps, "next_ckpt", c.checkpoint.every_seconds):
+                self.save()
+        bar.close()
+        final = {}
+        if c.eval.at_end and last_eval != self.step:
+            final = self.evaluate()
+        if c.checkpoint.save_final:
+            self.save()
+        if self.logger:
+            self.logger.finish()
+        return final
+
+    def _due(self, every_steps: int, attr: str, every_seconds: float) -> bool:
+        due = every_steps > 0 and self.step % every_steps == 0
+        if self.timer.train_clock >= getattr(self, attr):
+            due = True
+            while getattr(self, attr) <= self.timer.train_clock:  # next point on the fixed grid
+                setattr(self, attr, getattr(self, attr) + every_seconds)
+        return due
+
+    def train_step(self) -> dict:
+        cfg, s = self.cfg, self.cfg.selector
+        batch, cs = self.collector.collect()  # this rank's groups
+        self.step += 1
+        kept = None
+        if batch is not None:
+            with self.timer.phase("selection"):
+                keep = downsample(s.downsample, batch.rewards, s.m, self.select_gen)  # (P, m)
+                kept = batch.select(keep)
+            with self.timer.phase("advantages"):
+                stats_from = batch.rewards if s.adv_stats == "full" else None
+                kept.advantages = group_advantages(
+                    kept.rewards, cfg.algo.scale_adv_by_std, stats_from=stats_from
+                ).reshape(-1)
+        with self.timer.phase("update"):
+            rec = policy_update(
+                self.train_model, kept, self.optimizer, self.scheduler, cfg, self.device, self.dist, self.ref
+            )
+        with self.timer.phase("weight_sync"):
+            self.generator.sync_weights(self.model)
+        empty = torch.zeros(0, s.m)
+        all_kept = self.dist.gather(kept.rewards if kept is not None else empty)
+        if all_kept.numel():
+            rec.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
+        if batch is not None:
+            rec.update(self._batch_metrics(batch, kept))
+        self.counters["tokens_trained"] += int(rec.get("update/tokens", 0))
+        self.counters["rollouts"] += cs.rollouts
+        self.counters["tokens_generated"] += cs.tokens
+        self.counters["prompts_skipped"] += cs.skipped
+        rec.update(self._collect_metrics(cs))
+        rec.update(self.prefilter.metrics())
+        rec.update(self.timer.pop_step())
+        self._log("train", rec)
+        return rec
+
+    def _batch_metrics(self, batch, kept) -> dict:
+        lengths = batch.completion_lengths.float()
+        return {
+            "completions/mean_length": lengths.mean().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/clipped_frac": (lengths >= self.cfg.model.max_completion_len).float().mean().item(),
+            "completions/kept_mean_length": kept.completion_lengths.float().mean().item(),
+            "train/groups": float(batch.num_groups),
+            "train/rollouts_trained": float(kept.rewards.numel()),
+        }
+
+    def _collect_metrics(self, cs) -> dict:
+        rewards = torch.cat([r.flatten() for r in cs.all_rewards]) if cs.all_rewards else torch.zeros(0)
+        correct = torch.cat([r.flatten() for r in cs.all_correct]) if cs.all_correct else torch.zeros(0)
+        out = {
+            "reward/mean": rewards.mean().item() if rewards.numel() else float("nan"),
+            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "reward/accuracy": correct.mean().item() if correct.numel() else float("nan"),
+            "reward/nonfinite": float(cs.nonfinite_rewards),
+            "reward/timeouts": float(cs.reward_timeouts),
+            "reward/errors": float(cs.reward_errors),
+            "rollout/rounds": float(cs.rounds),
+            "rollout/prompts_drawn": float(cs.drawn),
+            "rollout/groups": float(cs.generated_groups),
+            "rollout/dropped_zero_var": float(cs.dropped_zero_var),
+            "rollout/rollouts": float(cs.rollouts),
+            "rollout/tokens": float(cs.tokens),
+            "filter/skipped": float(cs.skipped),
+            "filter/rollouts_avoided": float(cs.skipped * self.cfg.selector.n),
+        }
+        for k, v in cs.terms.items():
+            out[f"reward/{k}"] = sum(v) / max(len(v), 1)
+        return out
+
+    def evaluate(self) -> dict:
+        from pods.eval import evaluate
+
+        with self.timer.phase("eval"):
+            metrics, samples = evaluate(
+                self.generator, self.reward_fn, self.eval_prompts, self.eval_answers, self.cfg, self.dist
+            )
+        metrics["timing/eval"] = self.timer.step_times.pop("eval", 0.0)  # not part of the next step's timing
+        self._log("eval", metrics)
+        for smp in samples:
+            log.info(
+                "eval sample | gold=%s correct=%s | %r", smp["gold"], smp["correct"], smp["completion"][:200]
+            )
+        log.info(
+            "step %d  clock %.1fs  eval/accuracy %.3f",
+            self.step,
+            self.timer.train_clock,
+            metrics["eval/accuracy"],
+        )
+        return metrics
+
+    def _log(self, kind: str, rec: dict) -> None:
+        if self.logger is None:  # only rank 0 logs
+            return
+        self.logger.log(
+            {
+                "kind": kind,
+                "step": self.step,
+                "train_time": self.timer.train_clock,
+                "rollouts": self.counters["rollouts"],
+                "wall_time": time.time(),
+                **{f"counters/{k}": float(v) for k, v in self.counters.items()},
+                **rec,
+            }
+        )

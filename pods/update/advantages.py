@@ -1,0 +1,31 @@
+"""GRPO group-relative advantages."""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    scale_by_std: bool = True,
+    eps: float = 1e-4,
+    stats_from: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Advantage of each rollout relative to its group.
+
+    Args:
+        rewards: (P, k) rewards of the rollouts being trained on (PODS: the kept m).
+        scale_by_std: divide by the group's sample std (GRPO); False keeps only the mean baseline (Dr. GRPO).
+        eps: added to the std so zero-variance groups give zero advantages, not NaN.
+        stats_from: (P, n) rewards whose mean/std are used instead (the 'full group' ablation); the
+            paper normalises on the kept subset, i.e. stats_from=None.
+    Returns:
+        (P, k) advantages.
+    """
+    ref = rewards if stats_from is None else stats_from
+    mean = ref.mean(dim=1, keepdim=True)
+    adv = rewards - mean
+    if scale_by_std:
+        std = ref.std(dim=1, keepdim=True) if ref.shape[1] > 1 else torch.zeros_like(mean)
+        adv = adv / (std + eps)
+    return adv

@@ -1,0 +1,165 @@
+"""One policy update: log-probs of the kept completions, the loss in micro-batches, an optimizer step."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pods.batch import Rollouts
+from pods.update.loss import policy_loss
+
+
+def completion_logprobs(
+    model, input_ids, attention_mask, prompt_len: int, temperature: float = 1.0
+) -> torch.Tensor:
+    """(B, Lp + Lc) sequences -> (B, Lc) log-probs of each completion token under `model`.
+
+    Logits are divided by the sampling temperature so the ratio compares the policy that sampled.
+    Only the last Lc + 1 positions get logits (`logits_to_keep`): the vocabulary projection of the
+    prompt is never materialised.
+    """
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding: positions start at 0
+    lc = input_ids.shape[1] - prompt_len
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=lc + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1].float() / temperature  # (B, Lc, V): position t predicts token t+1
+    target = input_ids[:, prompt_len:]
+    return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _micro_batches(rows: torch.Tensor, size: int):
+    for s in range(0, len(rows), size):
+        yield rows[s : s + size]
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model, batch: Rollouts, rows: torch.Tensor, micro: int, temperature: float, device
+) -> torch.Tensor:
+    out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+    for mb in _micro_batches(rows, micro):
+        out[mb] = completion_logprobs(
+            model,
+            batch.input_ids[mb].to(device),
+            batch.attention_mask[mb].to(device),
+            batch.prompt_len,
+            temperature,
+        ).cpu()
+    return out
+
+
+def _dummy_backward(model, device) -> None:
+    """A rank with no rows still joins the step's one gradient all-reduce (with zero gradient)."""
+    out = model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
+    (out.logits.sum() * 0.0).backward()
+
+
+def policy_update(
+    model, batch: Rollouts | None, optimizer, scheduler, cfg, device, dist, ref_model=None
+) -> dict[str, float]:
+    """Run cfg.algo.mu optimizer steps on `batch` (advantages set). Returns update/* metrics.
+
+    Rows whose advantage is exactly 0 (zero-variance groups) contribute no gradient when beta = 0, so
+    they are left out of the forward/backward pass but still count in the loss normaliser: the
+    gradient is exactly the one of the full batch, computed on fewer rows. Normalisers are totals over
+    all ranks; DDP averages gradients over ranks, so each rank's loss is multiplied by the world size.
+    """
+    a, hw = cfg.algo, cfg.hardware
+    temp = cfg.rollout.temperature
+    if batch is None:  # this rank got no groups this step
+        adv, mask = torch.zeros(0), torch.zeros(0, 0)
+    else:
+        adv, mask = batch.advantages, batch.completion_mask
+    num_tokens = max(dist.sum(float(mask.sum())), 1.0)
+    num_seqs = max(dist.sum(float(len(adv))), 1.0)
+    live = adv != 0 if a.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
+    rows = (
+        torch.nonzero(live & (mask.sum(1) > 0)).squeeze(1) if len(adv) else torch.zeros(0, dtype=torch.long)
+    )
+    global_rows = dist.sum(float(len(rows)))
+    stats = {
+        "update/rows": global_rows,
+        "update/tokens": dist.sum(float(mask[rows].sum()) if len(rows) else 0.0),
+        "update/skipped": 0.0,
+    }
+    if global_rows == 0:  # every group had zero variance: nothing to learn, keep the schedule moving
+        for _ in range(a.mu):
+            scheduler.step()
+        stats["update/skipped"] = 1.0
+        return stats
+    has_rows = len(rows) > 0
+    old = (
+        batch_logprobs(model, batch, rows, hw.micro_batch_size, temp, device)
+        if a.mu > 1 and has_rows
+        else None
+    )
+    ref = None
+    if a.beta > 0 and has_rows:
+        ref = batch_logprobs(ref_model, batch, rows, hw.micro_batch_size, temp, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
+    micro = list(_micro_batches(rows, hw.micro_batch_size))
+    for _ in range(a.mu):
+        optimizer.zero_grad(set_to_none=True)
+        if not micro:
+            _dummy_backward(model, device)
+        for i, mb in enumerate(micro):
+            with dist.no_sync(model, enabled=i < len(micro) - 1):
+                _micro_step(
+                    model, batch, mb, old, ref, adv, mask, cfg, device, dist, num_tokens, num_seqs, tot
+                )
+        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        gnorm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not math.isfinite(gnorm):  # never let a NaN/inf gradient reach the weights
+            optimizer.zero_grad(set_to_none=True)
+            tot["nonfinite"] += 1
+        else:
+            optimizer.step()
+        scheduler.step()
+        tot["grad_norm"] += gnorm / a.mu
+    live_tokens = max(stats["update/tokens"] * a.mu, 1.0)
+    stats.update(
+        {
+            "update/loss": dist.sum(tot["loss"]),
+            "update/grad_norm": tot["grad_norm"],
+            "update/clip_frac": dist.sum(tot["clipped_tokens"]) / live_tokens,
+            "update/kl": dist.sum(tot["kl_sum"]) / live_tokens,
+            "update/nonfinite_grad_steps": tot["nonfinite"],
+            "update/lr": scheduler.get_last_lr()[0],
+        }
+    )
+    return stats
+
+
+def _micro_step(model, batch, mb, old, ref, adv, mask, cfg, device, dist, num_tokens, num_seqs, tot) -> None:
+    a = cfg.algo
+    logp = completion_logprobs(
+        model,
+        batch.input_ids[mb].to(device),
+        batch.attention_mask[mb].to(device),
+        batch.prompt_len,
+        cfg.rollout.temperature,
+    )
+    loss, st = policy_loss(
+        logp,
+        old[mb].to(device) if old is not None else logp.detach(),  # on-policy: the ratio is exactly 1
+        adv[mb].to(device, logp.dtype),
+        mask[mb].to(device),
+        a.epsilon,
+        a.epsilon_high,
+        ref[mb].to(device) if ref is not None else None,
+        a.beta,
+        a.loss_agg,
+        num_tokens,
+        num_seqs,
+    )
+    dist.backward(loss * dist.world)  # DDP averages over ranks; the normalisers are already global
+    tot["loss"] += loss.item() / a.mu
+    tot["clipped_tokens"] += st["clipped_tokens"].item()
+    tot["kl_sum"] += st["kl_sum"].item()
