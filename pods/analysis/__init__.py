@@ -1,0 +1,34 @@
+"""Time-to-peak analysis: runs or W&B exports -> the PODS speedup table and plots.
+
+from pods.analysis import load_runs, summarize, to_markdown, plot_curves
+summary = summarize(load_runs("outputs/multirun/..."), rule="paper")
+print(to_markdown(summary)); plot_curves(summary, "accuracy_vs_time.png")
+"""
+
+from pods.analysis.curves import (
+    build_curves,
+    load_runs,
+    load_wandb_csv,
+    parse_run_name,
+    summarize,
+)
+from pods.analysis.peak import RULES, Curves, Rule, Summary, make_rule, summarize_curves
+from pods.analysis.report import plot_curves, summary_frame, to_markdown, write_report
+
+__all__ = [
+    "RULES",
+    "Curves",
+    "Rule",
+    "Summary",
+    "build_curves",
+    "load_runs",
+    "load_wandb_csv",
+    "make_rule",
+    "parse_run_name",
+    "plot_curves",
+    "summarize",
+    "summarize_curves",
+    "summary_frame",
+    "to_markdown",
+    "write_report",
+]

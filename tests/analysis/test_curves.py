@@ -1,0 +1,181 @@
+"""Loading run dirs and W&B exports, and reading runs onto the grid."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pods.analysis.curves import (
+    axis_for_column,
+    build_curves,
+    find_run_dirs,
+    load_runs,
+    load_wandb_csv,
+    make_grid,
+    parse_run_name,
+    sample_run,
+    summarize,
+)
+
+BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 at t=100
+FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 at t=50, 0.8 at t=75
+
+
+def write_run(
+    d: Path, variant: str, seed: int, accs: list[float], dt: float = 25.0, info: bool = True
+) -> Path:
+    """A pods run dir: train and eval lines interleaved, evals every `dt` seconds."""
+    d.mkdir(parents=True)
+    if info:
+        meta = dict(name=f"{variant}-s{seed}", variant=variant, seed=seed, group="test")
+        (d / "run_info.json").write_text(json.dumps(meta))
+    lines = []
+    for k, acc in enumerate(accs):
+        common = {"step": 10 * k, "train_time": dt * k, "rollouts": 640 * k, "wall_time": 2 * dt * k}
+        lines.append({"kind": "train", **common, "timing/step": 1.0, "reward/mean": 0.5})
+        lines.append({"kind": "eval", **common, "eval/accuracy": acc, "eval/n": 100})
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return d
+
+
+def test_parse_run_name():
+    assert parse_run_name("max_variance-n64-m16-s3") == ("max_variance-n64-m16", "3")
+    assert parse_run_name("grpo_baseline") == ("grpo_baseline", "0")  # its own variant
+    assert parse_run_name("seed7_pods", r"seed(?P<seed>\d+)_") == ("pods", "7")
+
+
+def test_load_runs_finds_nested_runs_and_skips_train_lines(tmp_path):
+    write_run(tmp_path / "sweep" / "0", "none-n16-m16", 1, BASE)
+    write_run(tmp_path / "sweep" / "a" / "b" / "c", "none-n16-m16", 2, BASE)
+    write_run(tmp_path / "sweep" / "a" / "b" / "c" / "d", "too-deep", 1, BASE)  # inside a run
+    write_run(tmp_path / "other", "max_variance-n64-m16", 1, FAST)
+    assert len(find_run_dirs(tmp_path / "sweep")) == 2
+    df = load_runs([tmp_path / "sweep", tmp_path / "other"])
+    assert sorted(df.run.unique()) == [
+        "max_variance-n64-m16-s1",
+        "none-n16-m16-s1",
+        "none-n16-m16-s2",
+    ]
+    assert list(df.columns) == ["run", "variant", "seed", "train_time", "step", "rollouts", "value"]
+    assert len(df) == 18  # 3 runs x 6 evals, no train lines
+    fast = df[df.variant == "max_variance-n64-m16"]
+    assert fast.value.tolist() == FAST and fast.rollouts.tolist() == [640.0 * k for k in range(6)]
+    assert df.attrs["metric"] == "eval/accuracy"
+
+
+def test_load_runs_without_run_info_torn_line_and_resume(tmp_path):
+    d = write_run(tmp_path / "pods-s4", "x", 0, [0.1, 0.2], info=False)
+    with (d / "metrics.jsonl").open("a") as f:  # a resumed run re-logs step 10, then dies
+        f.write(
+            json.dumps(
+                {
+                    "kind": "eval",
+                    "step": 10,
+                    "train_time": 25.0,
+                    "rollouts": 640,
+                    "wall_time": 0,
+                    "eval/accuracy": 0.3,
+                }
+            )
+            + "\n"
+        )
+        f.write('{"kind": "eval", "step": 20, "train_ti')
+    df = load_runs(tmp_path / "pods-s4")
+    assert (df.variant.iat[0], df.seed.iat[0]) == ("pods", "4")
+    c = build_curves(df)["pods"]
+    np.testing.assert_array_equal(c.values, [[0.1, 0.3]])  # the later eval wins
+
+
+def test_load_runs_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_runs(tmp_path)
+    write_run(tmp_path / "r", "v", 1, BASE)
+    with pytest.raises(ValueError, match="eval/pass_at_5"):
+        load_runs(tmp_path, metric="eval/pass_at_5")
+
+
+def test_make_grid():
+    np.testing.assert_array_equal(make_grid(np.array([50.0, 0, 25, 50])), [0, 25, 50])
+    np.testing.assert_array_equal(make_grid(np.array([1.5, 77.0]), 25.0), [0, 25, 50, 75])
+
+
+def test_sample_run_three_time_reads():
+    # asynchronous evals around a 25 s checkpoint grid
+    x, y, grid = np.array([1.5, 26, 49, 77]), np.array([0.1, 0.2, 0.3, 0.4]), make_grid(77.0, 25)
+    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before"), [np.nan, 0.1, 0.3, 0.3])
+    interp = [0.1, 0.1 + 0.1 * 23.5 / 24.5, 0.3 + 0.1 / 28, 0.3 + 0.1 * 26 / 28]
+    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate"), interp)
+
+
+def test_sample_run_carries_forward_inside_span_only():
+    grid = np.array([0.0, 10, 20, 30, 40])
+    x, y = np.array([10.0, 30]), np.array([0.5, 0.7])
+    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [np.nan, 0.5, 0.5, 0.7, np.nan])
+
+
+def test_build_curves_shorter_run_ends_the_mean_curve(tmp_path):
+    write_run(tmp_path / "a", "v", 1, [0.1, 0.2, 0.3])
+    write_run(tmp_path / "b", "v", 2, [0.3, 0.4])
+    c = build_curves(load_runs(tmp_path))["v"]
+    np.testing.assert_array_equal(c.grid, [0, 25, 50])
+    np.testing.assert_allclose(c.values.mean(axis=0), [0.2, 0.3, np.nan])
+    assert c.peaks.tolist() == [0.3, 0.4] and c.finals.tolist() == [0.3, 0.4]
+
+
+def test_summarize_runs_paper_vs_strict(tmp_path):
+    for s in (1, 2):
+        write_run(tmp_path / f"b{s}", "none-n16-m16", s, BASE)
+        write_run(tmp_path / f"f{s}", "max_variance-n64-m16", s, FAST)
+    df = load_runs(tmp_path)
+    paper = summarize(df, n_boot=100)
+    assert paper.baseline == "none-n16-m16" and paper.x == "train_time"
+    assert paper.rows[1]["speedup"] == 2.0
+    assert summarize(df, rule="strict", n_boot=0).rows[1]["speedup"] == pytest.approx(100 / 75)
+    by_step = summarize(df, x="step", n_boot=0)
+    assert (by_step.rows[0]["time"], by_step.rows[1]["time"]) == (40.0, 20.0)
+    with pytest.raises(KeyError, match="train_time"):
+        summarize(df, x="tokens")
+
+
+def write_wandb_csv(path: Path) -> Path:
+    """W&B panel export: runs on different rows, __MIN/__MAX companions, empty cells."""
+    m = "eval/accuracy"
+    head = ["eval/time"]
+    for run in ("grpo-s1", "grpo-s2", "pods-n64-s1"):
+        head += [f"{run} - {m}", f"{run} - {m}__MIN", f"{run} - {m}__MAX"]
+    rows = [  # time, then (value, min, max) per run; "" = no point
+        [0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2],
+        [50, 0.6, 0.5, 0.7, "", "", "", 0.792, 0.7, 0.8],
+        [60, "", "", "", 0.6, 0.6, 0.6, "", "", ""],
+        [100, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8],
+    ]
+    path.write_text("\n".join(",".join(map(str, r)) for r in [head, *rows]) + "\n")
+    return path
+
+
+def test_load_wandb_csv(tmp_path):
+    df = load_wandb_csv(write_wandb_csv(tmp_path / "export.csv"))
+    assert df.attrs == {"metric": "eval/accuracy", "x_labels": {"train_time": "eval/time"}}
+    assert list(df.columns) == ["run", "variant", "seed", "train_time", "value"]
+    s2 = df[df.run == "grpo-s2"]
+    assert s2.train_time.tolist() == [0, 60, 100] and s2.value.tolist() == [0.2, 0.6, 0.8]
+    assert sorted(df.variant.unique()) == ["grpo", "pods-n64"]
+    summary = summarize(df, n_boot=0)
+    # grid = union {0, 50, 60, 100}; grpo-s2 carries 0.2 to t=50: mean curve never
+    # reaches 0.792 before t=100, pods reaches it at t=50
+    assert (summary.rows[0]["time"], summary.rows[1]["time"]) == (100.0, 50.0)
+    assert summary.x_label == "eval/time"
+
+
+def test_load_wandb_csv_metric_and_x_col(tmp_path):
+    path = tmp_path / "two.csv"
+    path.write_text("Step,a-s1 - acc,a-s1 - loss,b - acc\n1,0.5,2.0,0.4\n2,0.6,1.0,\n")
+    with pytest.raises(ValueError, match="acc.*loss"):
+        load_wandb_csv(path)
+    df = load_wandb_csv(path, metric="acc", x_col="Step")
+    assert df.attrs["x_labels"] == {"step": "Step"}
+    assert df.groupby("variant").value.count().to_dict() == {"a": 2, "b": 1}
+    assert axis_for_column("train/global_step") == "step"
+    assert axis_for_column("rollouts") == "rollouts" and axis_for_column("eval/time") == "train_time"
