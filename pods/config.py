@@ -118,6 +118,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
+    vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
 
 @dataclass

@@ -185,7 +185,7 @@ class Trainer:
         path = ckpt.latest_checkpoint(self.run_dir / "checkpoints")
         if path is None:
             log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
-            return None
+            return -1  # drop any metrics a run killed before its first checkpoint wrote
         ckpt.load_weights(self.model, path, self.cfg.hardware.lora)
         st = ckpt.load_trainer_state(path)
         self.optimizer.load_state_dict(st["optimizer"])

@@ -17,15 +17,19 @@ def completion_mask_from_eos(tokens: torch.Tensor, eos_ids: list[int], pad_id: i
     return (~after_eos).long()
 
 
+def eos_ids_for(model, tokenizer) -> list[int]:
+    """Token ids that end a completion: the tokenizer's EOS plus the model's generation-config EOS ids."""
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [tokenizer.eos_token_id] + (gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted({i for i in ids if i is not None})
+
+
 class HFGenerator:
     def __init__(self, model, tokenizer, device, batch_size: int, max_new_tokens: int):
         self.model, self.tok, self.device = model, tokenizer, device
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
-        eos = tokenizer.eos_token_id
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        ids = [eos] + (gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        self.eos_ids = sorted({i for i in ids if i is not None})
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        self.eos_ids = eos_ids_for(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def sync_weights(self, model) -> None:
         """Nothing to push: generation runs on the training model itself."""
@@ -52,16 +56,19 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         chunks = []
-        sampling = temperature > 0
+        # Sampling exactly at the configured temperature/top-p/top-k: explicit values override a hub model's
+        # generation_config defaults (Qwen ships top_k=20, repetition_penalty=1.05), which would otherwise make
+        # the behaviour policy differ from the one the loss assumes.
         kwargs = dict(
-            do_sample=sampling,
+            do_sample=temperature > 0,
             max_new_tokens=self.max_new_tokens,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
             use_cache=True,
+            repetition_penalty=1.0,
         )
-        if sampling:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k or None)
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         for s in range(0, ids.shape[0], self.batch_size):

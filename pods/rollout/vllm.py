@@ -1,0 +1,282 @@
+"""Rollouts with a colocated vLLM engine: the HF backend's prompts and `Rollouts` layout, vLLM's speed.
+
+The engine lives in the training process and takes `hardware.vllm_gpu_memory_utilization` of the GPU.
+After each optimizer step `sync_weights` pushes the new policy into it:
+
+    full fine-tuning: every tensor of model.state_dict() through the engine model's load_weights (TRL's
+                      colocate mode does the same), then the prefix cache is reset (its KV came from old weights)
+    LoRA:             the adapter is saved to a temp dir and used through a new LoRARequest with a fresh id
+
+Why adapters rather than merge-then-push for LoRA: the engine's base weights never change, so only the
+adapter (MBs, not GBs) moves each step; and it works on the paper's 4-bit base, whose merged weights are
+packed bitsandbytes tensors that vLLM's load_weights cannot take. The price is one small disk write per
+step and vLLM's LoRA kernels during generation.
+
+Targets vLLM's documented offline API (LLM, SamplingParams, LoRARequest, LLM.apply_model/sleep/wake_up),
+v0.8 onwards. It has not been run against a real vLLM in this project, only against a fake module in
+tests/rollout/test_vllm.py; see docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from pods.batch import Rollouts
+from pods.config import ConfigError
+from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
+
+LORA_RANK_SLOTS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank (older: up to 256)
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "base_model.model.")  # DDP, torch.compile, peft
+
+
+def require_vllm() -> None:
+    """Fail in preflight, before any model loads, when vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "rollout=vllm needs vLLM: pip install 'pods[vllm]' (GPU machine with a matching torch); or use rollout=hf"
+        )
+
+
+# --- pure conversions (tested without vLLM) -----------------------------------------------------
+
+
+def lora_rank_slot(r: int) -> int:
+    """Smallest max_lora_rank vLLM accepts that holds rank r (it is only an upper bound)."""
+    for slot in LORA_RANK_SLOTS:
+        if r <= slot:
+            return slot
+    raise ConfigError(f"model.lora.r={r} is above vLLM's largest max_lora_rank {LORA_RANK_SLOTS[-1]}")
+
+
+def engine_kwargs(cfg, rank: int = 0, sleep: bool = False) -> dict:
+    """Arguments of vllm.LLM for the colocated engine, from the run config."""
+    m, hw = cfg.model, cfg.hardware
+    kw = dict(
+        model=m.path,
+        dtype=m.dtype if m.dtype != "auto" else hw.dtype,
+        gpu_memory_utilization=hw.vllm_gpu_memory_utilization,
+        max_model_len=m.max_prompt_len + m.max_completion_len,
+        max_num_seqs=cfg.rollout.batch_size,  # sequences decoded at once: vLLM's analogue of the HF chunk size
+        seed=cfg.seed + rank,  # ranks draw different samples for their different prompts
+        trust_remote_code=m.trust_remote_code,
+    )
+    if hw.lora:
+        kw.update(enable_lora=True, max_lora_rank=lora_rank_slot(m.lora.r), max_loras=1)
+    if hw.load_in_4bit:
+        kw["quantization"] = "bitsandbytes"  # in-flight 4-bit, like the trained base
+    if hw.distributed != "none":
+        # one engine per rank on its own GPU, as in TRL's colocate mode
+        kw["distributed_executor_backend"] = "external_launcher"
+    if sleep:
+        kw["enable_sleep_mode"] = True  # lets the engine free its memory between rollouts
+    return kw
+
+
+def sampling_kwargs(
+    n: int, temperature: float, top_p: float, top_k: int, max_tokens: int, stop_token_ids: Sequence[int]
+) -> dict:
+    """Arguments of vllm.SamplingParams. Temperature 0 is greedy; top_k 0 (our "off") is vLLM's -1.
+
+    -1 means "off" in every vLLM version; v0.8.x rejected 0. No per-request seed: the engine
+    seed makes a run reproducible, and a fixed request seed would redraw the same samples every step.
+    Texts are decoded by the HF tokenizer (as in the HF backend), so vLLM need not detokenize.
+    """
+    greedy = temperature <= 0
+    return dict(
+        n=n,
+        temperature=0.0 if greedy else temperature,
+        top_p=1.0 if greedy else top_p,
+        top_k=-1 if greedy or top_k <= 0 else top_k,
+        max_tokens=max_tokens,
+        stop_token_ids=list(stop_token_ids),
+        detokenize=False,
+    )
+
+
+def engine_weight_name(name: str) -> str | None:
+    """HF/peft/DDP parameter name -> the HF checkpoint name vLLM's load_weights expects; None to skip.
+
+    Adapter tensors (lora_A/B) and peft's saved copies of replaced modules never go to the engine.
+    """
+    while name.startswith(WRAPPER_PREFIXES):
+        name = next(name[len(p) :] for p in WRAPPER_PREFIXES if name.startswith(p))
+    if ".lora_" in name or ".original_module." in name:
+        return None
+    return name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+
+
+def engine_weights(state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """(engine name, tensor) pairs for load_weights; tensors are the model's own, not copies."""
+    pairs = ((engine_weight_name(k), v) for k, v in state_dict.items())
+    return [(k, v) for k, v in pairs if k is not None]
+
+
+def rollouts_from_outputs(
+    outputs: Sequence,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    n: int,
+    pad_id: int,
+    eos_ids: list[int],
+    decode: Callable[[torch.Tensor], list[str]],
+    group_ids: list[int],
+) -> Rollouts:
+    """vLLM RequestOutputs (one per prompt, n completions each) -> the HF backend's Rollouts layout.
+
+    Args:
+        outputs: P RequestOutputs in prompt order; `.outputs[j].token_ids` are the generated ids, EOS included.
+        prompt_ids, prompt_mask: (P, Lp) the left-padded prompt block the prompts were cut from.
+        decode: (B, Lc) ids -> B texts.
+        group_ids: (P,) dataset index of each prompt.
+    Rows are group-major: completion j of prompt i is row i*n + j.
+    """
+    if len(outputs) != prompt_ids.shape[0] or any(len(o.outputs) != n for o in outputs):
+        got = [len(o.outputs) for o in outputs]
+        raise RuntimeError(f"vLLM returned {got} completions for {prompt_ids.shape[0]} prompts x n={n}")
+    seqs = [list(c.token_ids) for o in outputs for c in sorted(o.outputs, key=lambda c: c.index)]
+    lengths = torch.tensor([len(s) for s in seqs])  # (B,)
+    comp = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)  # (B, Lc)
+    for row, s in enumerate(seqs):
+        comp[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+    # real tokens: up to the first EOS, and never the padding (which may itself be the EOS id)
+    within = torch.arange(comp.shape[1]) < lengths.unsqueeze(1)
+    cmask = completion_mask_from_eos(comp, eos_ids, pad_id) * within.long()
+    comp = torch.where(cmask.bool(), comp, torch.full_like(comp, pad_id))
+    ids, am = prompt_ids.repeat_interleave(n, 0), prompt_mask.repeat_interleave(n, 0)  # (B, Lp)
+    return Rollouts(
+        input_ids=torch.cat([ids, comp], 1),
+        attention_mask=torch.cat([am, cmask], 1),
+        prompt_len=ids.shape[1],
+        completion_mask=cmask,
+        texts=decode(comp),
+        prompt_ids=list(group_ids),
+        group_size=n,
+    )
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+def push_weights(llm, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Load (name, tensor) pairs into the engine's model.
+
+    LLM.apply_model (newer versions) runs the function on the model inside the worker; with the engine in
+    this process the tensors are passed by reference. Older versions only expose the model through the
+    engine internals TRL used: llm_engine.model_executor.driver_worker.model_runner.model.
+    """
+    apply_model = getattr(llm, "apply_model", None)
+    if apply_model is not None:
+        apply_model(lambda model: model.load_weights(weights))
+    else:
+        llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+
+
+def unwrap(model):
+    """The module under DDP / torch.compile wrappers (peft's save_pretrained needs the PeftModel itself)."""
+    while isinstance(model, torch.nn.parallel.DistributedDataParallel) or hasattr(model, "_orig_mod"):
+        model = model.module if hasattr(model, "module") else model._orig_mod
+    return model
+
+
+class VLLMGenerator:
+    """Same interface as HFGenerator: generate(...) -> Rollouts, sync_weights(model), pad_id, eos_ids."""
+
+    def __init__(self, cfg, model, tokenizer, device, sleep: bool | None = None):
+        # the engine core must run in this process: apply_model then needs no pickling and no tensor copies
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM, SamplingParams
+
+        self.SamplingParams = SamplingParams
+        self.tok, self.device = tokenizer, device
+        self.max_tokens = cfg.model.max_completion_len
+        self.eos_ids = eos_ids_for(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.lora = bool(cfg.hardware.lora)
+        # sleep between rollouts frees vLLM's weights and KV cache for the update (needs enable_sleep_mode)
+        if sleep is None:
+            sleep = OmegaConf.select(cfg, "rollout.vllm_sleep_mode", default=False)
+        self.sleep = bool(sleep)
+        self.llm = LLM(**engine_kwargs(cfg, rank=int(os.environ.get("RANK", 0)), sleep=self.sleep))
+        self.asleep: set[str] = set()
+        self.lora_request = None  # a fresh peft adapter is a no-op (B = 0): the base model is the policy
+        self.version = 0
+        if self.lora:
+            self.adapter_root = Path(tempfile.mkdtemp(prefix="pods-vllm-lora-"))
+            weakref.finalize(self, shutil.rmtree, self.adapter_root, ignore_errors=True)
+
+    def tokenize(self, prompts: list[str], add_special_tokens: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The HF backend's tokenization, so both backends see identical prompt ids."""
+        self.tok.padding_side = "left"
+        enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
+        return enc["input_ids"], enc["attention_mask"]
+
+    def generate(
+        self,
+        prompts: list[str],
+        prompt_ids: list[int],
+        n: int,
+        temperature: float,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        add_special_tokens: bool = False,
+    ) -> Rollouts:
+        """Generate n completions for each prompt; temperature 0 means greedy."""
+        ids, am = self.tokenize(prompts, add_special_tokens)  # (P, Lp)
+        requests = [{"prompt_token_ids": row[m.bool()].tolist()} for row, m in zip(ids, am)]  # a TokensPrompt
+        params = sampling_kwargs(n, temperature, top_p, top_k, self.max_tokens, self.eos_ids)
+        self.wake()
+        outputs = self.llm.generate(
+            requests,
+            sampling_params=self.SamplingParams(**params),
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        if self.sleep:
+            self.llm.sleep(level=1)  # level 1 keeps the weights in CPU memory: safe if no sync comes first
+            self.asleep = {"weights", "kv_cache"}
+        decode = lambda t: self.tok.batch_decode(t, skip_special_tokens=True)  # noqa: E731
+        return rollouts_from_outputs(outputs, ids, am, n, self.pad_id, self.eos_ids, decode, prompt_ids)
+
+    def wake(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        todo = sorted(self.asleep.intersection(tags))
+        if not todo:
+            return
+        if "tags" in inspect.signature(self.llm.wake_up).parameters:  # newer versions wake only what is asked
+            self.llm.wake_up(tags=todo)
+            self.asleep -= set(todo)
+        else:
+            self.llm.wake_up()
+            self.asleep = set()
+
+    def sync_weights(self, model) -> None:
+        """Push the updated policy into the engine (called after every optimizer step)."""
+        if self.lora:
+            self.sync_adapter(model)
+            return
+        self.wake(("weights",))  # the KV cache stays freed until the next generate
+        push_weights(self.llm, engine_weights(model.state_dict()))
+        self.llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
+
+    def sync_adapter(self, model) -> None:
+        """Save the adapter and switch to it under a new id: vLLM caches adapters by id, so reusing one
+        would keep serving the stale weights. The previous adapter is dropped from the engine and disk."""
+        from vllm.lora.request import LoRARequest
+
+        self.version += 1
+        path = self.adapter_root / f"v{self.version}"
+        unwrap(model).save_pretrained(str(path))  # adapter_config.json + adapter_model.safetensors
+        old = self.lora_request
+        self.lora_request = LoRARequest(f"policy-v{self.version}", self.version, str(path))
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(self.adapter_root / f"v{self.version - 1}", ignore_errors=True)

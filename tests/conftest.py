@@ -1,0 +1,42 @@
+"""Shared fixtures: compose configs the way `python -m pods.train` does, without starting a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from pods.config import register_schema
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+register_schema()
+
+
+def compose_cfg(overrides: list[str] | None = None, run_dir: str | Path = "outputs/test-run"):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("train", overrides=[f"run_dir={run_dir}", *(overrides or [])])
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    def make(*overrides: str, run_dir: Path | None = None):
+        return compose_cfg(list(overrides), run_dir or tmp_path / "run")
+
+    return make
+
+
+# A few-second run of the tiny model: 2 prompts x 8 rollouts, 24-token completions.
+SMOKE = [
+    "max_steps=3",
+    "algo.prompts_per_step=2",
+    "selector.n=8",
+    "selector.m=4",
+    "dataset.train_size=64",
+    "dataset.eval_size=16",
+    "eval.every_steps=0",
+    "hardware=cpu",
+    "optim.lr=1e-3",
+]
