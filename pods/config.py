@@ -70,6 +70,7 @@ class RewardConfig:
     timeout_s: float = 1.0  # per-completion grading time limit
     max_chars: int = 4096  # completions are cut to their last max_chars characters before grading
     max_answer_chars: int = 256  # longer extracted answers score 0 without parsing
+    boxed: bool = True  # with no <answer> tag, grade the last \boxed{...}
 
 
 @dataclass

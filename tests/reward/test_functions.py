@@ -1,0 +1,123 @@
+"""Reward functions, their weighted sum, the registry and the config errors."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from pods.reward import REWARDS, Reward, RewardOutput, build_reward, register_reward
+from pods.reward.functions import FORMAT_ANSWER_ONLY, FORMAT_FULL, accuracy, format_reward
+
+GOOD = "<think>2+2</think>\n<answer>4</answer>"
+BARE = "<answer>4</answer>"
+
+
+def cfg(**kw):
+    base = dict(
+        name="t",
+        weights={"accuracy": 1.0, "format": 0.1},
+        timeout_s=1.0,
+        max_chars=4096,
+        max_answer_chars=256,
+    )
+    return SimpleNamespace(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def reward():
+    r = build_reward(cfg())
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (GOOD, FORMAT_FULL),
+        ("  <think>a</think>  <answer>b</answer>\n", FORMAT_FULL),
+        (BARE, FORMAT_ANSWER_ONLY),
+        ("<think>a</think> then <answer>b</answer>", FORMAT_ANSWER_ONLY),  # text between the blocks
+        ("<think>a<think>b</think><answer>c</answer>", FORMAT_ANSWER_ONLY),
+        ("<think>a</think><answer>b</answer></answer>", FORMAT_ANSWER_ONLY),
+        ("<think>a</think><answer>b", 0.0),
+        ("4", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_format(text, want):
+    assert format_reward([text]) == [want]
+
+
+def test_accuracy_without_a_grader_uses_its_own(reward):
+    assert accuracy([BARE, BARE, "4"], ["4", "5", "4"]) == [1.0, 0.0, 0.0]  # numbers: no worker needed
+    assert accuracy(["<answer>\\frac{1}{2}</answer>"], ["0.5"], grader=reward.grader) == [1.0]
+
+
+def test_weighted_sum(reward):
+    out = reward([GOOD, BARE, "<answer>5</answer>", "4"], ["4", "4", "4", "4"])
+    assert isinstance(out, RewardOutput)
+    assert out.terms == {"accuracy": [1.0, 1.0, 0.0, 0.0], "format": [1.0, 0.5, 0.5, 0.0]}
+    assert out.total == pytest.approx([1.1, 1.05, 0.05, 0.0])
+    assert out.correct == [True, True, False, False]
+    assert (out.n_timeouts, out.n_errors) == (0, 0)
+
+
+def test_accuracy_is_computed_even_when_not_weighted(reward):
+    r = Reward("format_only", {"format": 1.0}, reward.grader)
+    out = r([GOOD, "<answer>5</answer>"], ["4", "4"])
+    assert (
+        out.total == [1.0, 0.5] and out.correct == [True, False] and set(out.terms) == {"format", "accuracy"}
+    )
+
+
+def test_counts_timeouts_per_call(reward, monkeypatch):
+    monkeypatch.setattr(reward.grader, "timeout_s", 0.2)
+    out = reward(["<answer>9^{9^{9^{9}}}</answer>", GOOD], ["5", "4"])
+    assert out.n_timeouts == 1 and out.correct == [False, True]
+    assert reward([GOOD], ["4"]).n_timeouts == 0
+
+
+@register_reward("test_length")
+def length(completions, answers, **kw):
+    return [len(c) / 10 for c in completions]
+
+
+def test_registered_reward_is_usable_by_name():
+    assert REWARDS["test_length"] is length
+    r = build_reward(OmegaConf.create(vars(cfg(weights={"test_length": 2.0, "accuracy": 1.0}))))
+    out = r(["<answer>\\frac{8}{2}</answer>"], ["4"])  # 28 characters, graded by math-verify
+    assert out.terms["test_length"] == [2.8] and out.total == pytest.approx([6.6])
+    r.close()
+
+
+def test_registering_a_name_twice_fails():
+    with pytest.raises(ValueError, match="already registered"):
+        register_reward("accuracy")(lambda completions, answers, **kw: [0.0] * len(completions))
+
+
+def test_unknown_reward_lists_the_registered_names():
+    with pytest.raises(ValueError, match=r"'acuracy'.*registered: .*accuracy.*format"):
+        build_reward(cfg(weights={"acuracy": 1.0}))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "1.0", None])
+def test_non_finite_weight_fails(bad):
+    with pytest.raises(ValueError, match="reward.weights.format"):
+        build_reward(cfg(weights={"accuracy": 1.0, "format": bad}))
+
+
+@pytest.mark.parametrize("field, bad", [("timeout_s", 0.0), ("timeout_s", math.inf), ("max_chars", -1)])
+def test_bad_limits_fail(field, bad):
+    with pytest.raises(ValueError, match=f"reward.{field}"):
+        build_reward(cfg(**{field: bad}))
+
+
+def test_empty_weights_fail():
+    with pytest.raises(ValueError, match="empty"):
+        build_reward(cfg(weights={}))
+
+
+def test_length_mismatch_fails(reward):
+    with pytest.raises(ValueError, match="2 completions but 1 answers"):
+        reward([GOOD, GOOD], ["4"])
