@@ -275,8 +275,7 @@ class Trainer:
         all_kept = self.dist.gather(kept.rewards if kept is not None else empty)
         if all_kept.numel():
             rec.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
-        if batch is not None:
-            rec.update(self._batch_metrics(batch, kept))
+        rec.update(self._batch_metrics(batch, kept))
         self.counters["tokens_trained"] += int(rec.get("update/tokens", 0))
         self.counters["rollouts"] += cs.rollouts
         self.counters["tokens_generated"] += cs.tokens
@@ -288,15 +287,20 @@ class Trainer:
         return rec
 
     def _batch_metrics(self, batch, kept) -> dict:
-        lengths = batch.completion_lengths.float()
+        """Completion statistics over the whole batch (gathered from every rank; call on all ranks)."""
+        none = torch.zeros(0)
+        lengths = self.dist.gather(batch.completion_lengths.float() if batch is not None else none)
+        kept_len = self.dist.gather(kept.completion_lengths.float() if kept is not None else none)
+        if not lengths.numel():
+            return {}
         return {
             "completions/mean_length": lengths.mean().item(),
             "completions/max_length": lengths.max().item(),
             "completions/min_length": lengths.min().item(),
             "completions/clipped_frac": (lengths >= self.cfg.model.max_completion_len).float().mean().item(),
-            "completions/kept_mean_length": kept.completion_lengths.float().mean().item(),
-            "train/groups": float(batch.num_groups),
-            "train/rollouts_trained": float(kept.rewards.numel()),
+            "completions/kept_mean_length": kept_len.mean().item() if kept_len.numel() else 0.0,
+            "train/groups": float(lengths.numel() // self.cfg.selector.n),
+            "train/rollouts_trained": float(kept_len.numel()),
         }
 
     def _collect_metrics(self, cs) -> dict:
@@ -306,9 +310,9 @@ class Trainer:
             "reward/mean": rewards.mean().item() if rewards.numel() else float("nan"),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "reward/accuracy": correct.mean().item() if correct.numel() else float("nan"),
-            "reward/nonfinite": float(cs.nonfinite_rewards),
-            "reward/timeouts": float(cs.reward_timeouts),
-            "reward/errors": float(cs.reward_errors),
+            "reward/nonfinite": self.dist.sum(cs.nonfinite_rewards),  # counted on each rank's shard
+            "reward/timeouts": self.dist.sum(cs.reward_timeouts),
+            "reward/errors": self.dist.sum(cs.reward_errors),
             "rollout/rounds": float(cs.rounds),
             "rollout/prompts_drawn": float(cs.drawn),
             "rollout/groups": float(cs.generated_groups),
@@ -318,8 +322,9 @@ class Trainer:
             "filter/skipped": float(cs.skipped),
             "filter/rollouts_avoided": float(cs.skipped * self.cfg.selector.n),
         }
-        for k, v in cs.terms.items():
-            out[f"reward/{k}"] = sum(v) / max(len(v), 1)
+        for k in sorted(cs.terms):  # every rank has the same reward terms
+            v = self.dist.gather(torch.tensor(cs.terms[k], dtype=torch.float32))
+            out[f"reward/{k}"] = v.mean().item() if v.numel() else float("nan")
         return out
 
     def evaluate(self) -> dict:

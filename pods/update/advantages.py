@@ -28,4 +28,9 @@ def group_advantages(
     if scale_by_std:
         std = ref.std(dim=1, keepdim=True) if ref.shape[1] > 1 else torch.zeros_like(mean)
         adv = adv / (std + eps)
-    return adv
+    # A group whose rewards are all equal carries no signal; make that exactly 0 (float rounding of the
+    # mean would otherwise leave ~1e-8 / eps), so the update can skip those rows.
+    flat = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
+    return torch.where(
+        flat & (ref.amax(1, keepdim=True) == ref.amin(1, keepdim=True)), torch.zeros_like(adv), adv
+    )

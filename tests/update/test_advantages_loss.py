@@ -76,3 +76,8 @@ def test_micro_batch_losses_sum_to_the_full_batch():
             for s in range(0, 6, 2)
         )
         assert parts.item() == pytest.approx(full.item(), rel=1e-5)
+
+
+def test_zero_variance_groups_get_exactly_zero_advantage():
+    r = torch.full((3, 16), 0.1)  # 0.1 is not exact in binary: the mean differs from it by rounding
+    assert torch.equal(group_advantages(r), torch.zeros(3, 16))

@@ -1,0 +1,72 @@
+"""Run a sweep's runs in parallel, one per GPU (or several per GPU), as plain `python -m pods.train` processes.
+
+Hydra's basic launcher runs a multirun one job after another; on a node with several GPUs this runs the
+same cartesian product of overrides with one process per device slot. Each run gets its own directory
+under --out, named like the Hydra sweep subdir, so `python -m pods.compare <out>` reads it directly.
+
+    python scripts/launch_parallel.py --out outputs/sweeps/headline --gpus 4 \
+        --sweep +variant=grpo,pods --sweep seed=1,2,3 -- +experiment=gsm8k_main +scale=gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def expand(sweeps: list[str]) -> list[list[str]]:
+    """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']] (cartesian product, in order)."""
+    axes = []
+    for s in sweeps:
+        key, vals = s.split("=", 1)
+        axes.append([f"{key}={v}" for v in vals.split(",")])
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def run_name(overrides: list[str]) -> str:
+    return "_".join(o.lstrip("+").replace("=", "-").replace("/", "-") for o in overrides)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--gpus", type=int, default=1, help="devices; runs are assigned round-robin")
+    p.add_argument("--per-gpu", type=int, default=1, help="concurrent runs per device")
+    p.add_argument("--sweep", action="append", default=[], help="key=v1,v2 (repeatable)")
+    p.add_argument("common", nargs="*", help="overrides for every run (after --)")
+    args = p.parse_args()
+    jobs = expand(args.sweep)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    slots = [(g, k) for g in range(args.gpus) for k in range(args.per_gpu)]
+    running: dict[tuple[int, int], tuple[subprocess.Popen, str]] = {}
+    failed = []
+    t0 = time.time()
+    while jobs or running:
+        for slot in slots:
+            if slot not in running and jobs:
+                over = jobs.pop(0)
+                name = run_name(over)
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot[0])}
+                cmd = [sys.executable, "-m", "pods.train", *args.common, *over, f"hydra.run.dir={out / name}"]
+                log = open(out / f"{name}.log", "w")
+                running[slot] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), name)
+                print(f"[{time.time() - t0:6.0f}s] start {name} on gpu {slot[0]}", flush=True)
+        time.sleep(1)
+        for slot, (proc, name) in list(running.items()):
+            if proc.poll() is not None:
+                print(f"[{time.time() - t0:6.0f}s] done  {name} rc={proc.returncode}", flush=True)
+                if proc.returncode:
+                    failed.append(name)
+                del running[slot]
+    print(f"all done in {time.time() - t0:.0f}s; failed: {failed or 'none'}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

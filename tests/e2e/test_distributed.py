@@ -1,0 +1,52 @@
+"""Two CPU processes (gloo) through torchrun + accelerate: prompts sharded, metrics global, rank 0 writes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pods.tracking import read_metrics
+from tests.conftest import SMOKE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes(tmp_path):
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    run_dir = tmp_path / "ddp"
+    over = [o for o in SMOKE if not o.startswith("algo.prompts_per_step")]
+    cmd = [
+        torchrun,
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29531",
+        "-m",
+        "pods.train",
+        *over,
+        "algo.prompts_per_step=4",
+        "hardware.distributed=ddp",
+        "selector=greso_max_variance",
+        "selector.n=8",
+        "selector.m=4",
+        "checkpoint.every_steps=2",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    train = [r for r in recs if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3]  # written once (rank 0), not twice
+    assert all(r["rollout/rollouts"] == 4 * 8 for r in train)  # both ranks' shards counted
+    assert all(r["train/groups"] == 4 for r in train if "train/groups" in r)  # gathered from both ranks
+    assert train[-1]["counters/rollouts"] == 3 * 4 * 8
+    evals = [r for r in recs if r["kind"] == "eval"]
+    assert evals and evals[-1]["eval/questions"] == 16
+    assert (run_dir / "checkpoints" / "latest").exists()
