@@ -170,6 +170,7 @@ class Trainer:
         """Only rank 0 writes (all ranks hold the same weights and optimizer state under DDP)."""
         with self.timer.phase("checkpoint"):
             if self.dist.is_main:
+                self.logger.sync()
                 ckpt.save_checkpoint(
                     self.run_dir / "checkpoints",
                     self.step,

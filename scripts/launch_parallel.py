@@ -54,7 +54,7 @@ def main() -> None:
                 name = run_name(over)
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot[0])}
                 cmd = [sys.executable, "-m", "pods.train", *args.common, *over, f"hydra.run.dir={out / name}"]
-                log = open(out / f"{name}.log", "w")
+                log = open(out / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the child
                 running[slot] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), name)
                 print(f"[{time.time() - t0:6.0f}s] start {name} on gpu {slot[0]}", flush=True)
         time.sleep(1)
