@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
@@ -75,11 +76,24 @@ def load_tokenizer(cfg):
     return tok
 
 
+def autocast(cfg, device: torch.device):
+    """Mixed precision for every forward pass: weights that train stay in float32 (an AdamW step of
+    lr 5e-6 is far below bf16's resolution), matmuls run in the compute dtype."""
+    dtype = resolve_dtype(cfg, device)
+    if device.type != "cuda" or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=dtype)
+
+
 def load_policy(cfg, device: torch.device):
-    """Returns (model, reference model or None). The reference is only built when algo.beta > 0."""
+    """Returns (model, reference model or None). The reference is only built when algo.beta > 0.
+
+    Full fine-tuning keeps float32 master weights (computing in the profile's dtype under autocast);
+    with LoRA the frozen base is stored in the compute dtype and only the adapter is float32.
+    """
     dtype = resolve_dtype(cfg, device)
     kwargs = dict(
-        dtype=dtype,
+        dtype=dtype if cfg.hardware.lora else torch.float32,
         attn_implementation=cfg.hardware.attn_implementation,
         trust_remote_code=cfg.model.trust_remote_code,
     )

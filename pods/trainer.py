@@ -27,7 +27,7 @@ from pods.data import PromptSampler, format_prompt, load_examples
 from pods.data.tasks import DataError
 from pods.distributed import Dist
 from pods.filter import build_prefilter
-from pods.models import load_policy, load_tokenizer, reference_policy, resolve_device
+from pods.models import autocast, load_policy, load_tokenizer, reference_policy, resolve_device
 from pods.reward import build_reward
 from pods.rollout import build_generator
 from pods.rollout.collect import RolloutCollector
@@ -254,7 +254,8 @@ class Trainer:
 
     def train_step(self) -> dict:
         cfg, s = self.cfg, self.cfg.selector
-        batch, cs = self.collector.collect()  # this rank's groups
+        with autocast(cfg, self.device):
+            batch, cs = self.collector.collect()  # this rank's groups
         self.step += 1
         kept = None
         if batch is not None:
@@ -266,7 +267,7 @@ class Trainer:
                 kept.advantages = group_advantages(
                     kept.rewards, cfg.algo.scale_adv_by_std, stats_from=stats_from
                 ).reshape(-1)
-        with self.timer.phase("update"):
+        with self.timer.phase("update"), autocast(cfg, self.device):
             rec = policy_update(
                 self.train_model, kept, self.optimizer, self.scheduler, cfg, self.device, self.dist, self.ref
             )
@@ -331,7 +332,7 @@ class Trainer:
     def evaluate(self) -> dict:
         from pods.eval import evaluate
 
-        with self.timer.phase("eval"):
+        with self.timer.phase("eval"), autocast(self.cfg, self.device):
             metrics, samples = evaluate(
                 self.generator, self.reward_fn, self.eval_prompts, self.eval_answers, self.cfg, self.dist
             )
