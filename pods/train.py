@@ -23,12 +23,15 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def check_run_dir(cfg) -> None:
-    """Refuse to overwrite a run that has checkpoints unless asked to resume it."""
-    ckpts = Path(cfg.run_dir) / "checkpoints"
-    if not cfg.resume and ckpts.exists() and any(ckpts.glob("step_*")):
+    """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
+    already saved is overwritten or mixed with a new run's metrics."""
+    run_dir = Path(cfg.run_dir)
+    ckpts = run_dir / "checkpoints"
+    used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
+    if not cfg.resume and used:
         raise ConfigError(
-            f"run_dir={cfg.run_dir} already holds checkpoints; pass resume=true to continue it, "
-            "or choose another hydra.run.dir"
+            f"run_dir={cfg.run_dir} already holds a run (metrics or checkpoints); pass resume=true to "
+            "continue it, or choose another hydra.run.dir"
         )
 
 

@@ -1,18 +1,17 @@
 """Throughput of one pods step on a GPU: GRPO n=m=16 vs PODS n=64 m=16 vs GRPO n=m=64.
 
-Builds a randomly initialised Qwen2 (Qwen2.5-0.5B's shape by default) and a character tokenizer, with no
-hub access, writes synthetic prompts of 60-100 tokens, and runs the real `pods.trainer.Trainer` (rollout=hf,
-bf16, eval and checkpoints off) for --steps steps per setting; the first step is warm-up and dropped.
-A random model almost never samples EOS, so every completion runs the full --completion-len tokens. The
-reward is a hash of the completion text (0/1), so groups have variance and the update always runs.
+Builds a random Qwen2 (Qwen2.5-0.5B's shape by default) and a character tokenizer, with no hub access,
+writes prompts of 60-100 tokens, and runs the real `pods.trainer.Trainer` (rollout=hf, bf16, eval and
+checkpoints off) for --steps steps per setting; the first is warm-up and dropped. A random model seldom
+samples EOS, so completions run (nearly) the full --completion-len tokens: the mean is reported. The reward
+is a hash of the completion text (0/1), so groups have variance and the update always runs.
 
-Measured per setting: mean seconds per phase (timing/*), step time, generation tokens/s, update tokens/s
-(prompt + completion tokens of the rows trained), update-phase MFU against a measured bf16 matmul peak,
-peak GPU memory; and the step-time ratios PODS / GRPO(n=64) and PODS / GRPO(n=16).
-
+Per setting: mean seconds per phase (pods' timing/*; "step" is their sum, the training clock), generation
+tokens/s, update tokens/s (prompt + completion tokens of the rows trained), update MFU against a measured
+bf16 matmul peak, peak GPU memory; then the step-time ratios PODS / GRPO(n=64) and PODS / GRPO(n=16).
 MFU counts 6 FLOPs per token per trainable parameter and 4 per frozen one (LoRA still runs the forward and
-the input-gradient backward through frozen weights); with full fine-tuning that is the usual 6 N. Attention
-FLOPs and gradient-checkpointing recomputation are not counted.
+input-gradient backward through frozen weights): 6N with full fine-tuning; no attention FLOPs, no
+gradient-checkpointing recompute. Results are saved after each setting (results.json has per-step times).
 
     PYTHONPATH=. python scripts/bench_gpu.py                         # H100: 0.5B shape, 512 tokens, 6 steps
     PYTHONPATH=. python scripts/bench_gpu.py --lora --out results/bench_gpu_lora
