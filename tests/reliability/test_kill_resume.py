@@ -70,6 +70,7 @@ def test_sigkill_resume_cycles_match_uninterrupted_run(tmp_path):
         break
     else:
         pytest.fail("run never finished")
+    print(f"SIGKILL/resume cycles: {kills} kills, finished on cycle {cycle + 1}")
     assert kills >= 1, "the schedule never killed the run; lower the wait"
     a, b = _train_records(ref), _train_records(run_dir)
     assert [r["step"] for r in b] == list(range(1, 7))  # no duplicates, no gaps
