@@ -6,6 +6,7 @@ replaced atomically: a crash in the middle of a save leaves the previous checkpo
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -82,26 +83,24 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
 
 def load_weights(model, ckpt: Path, lora: bool) -> None:
     """Load saved weights into the already-built model (full weights or the LoRA adapter)."""
+    from safetensors.torch import load_file
+
     src = ckpt / "model"
     if lora:
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
         set_peft_model_state_dict(model, load_file(src / "adapter_model.safetensors"))
         return
-    from safetensors.torch import load_file
-    from transformers.modeling_utils import load_sharded_checkpoint
-
-    single = src / "model.safetensors"
-    if single.exists():
-        missing, unexpected = model.load_state_dict(load_file(single), strict=False)
-        bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are not saved twice
-        if bad or unexpected:
-            raise RuntimeError(
-                f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}"
-            )
-    else:
-        load_sharded_checkpoint(model, src, strict=False)
+    index = src / "model.safetensors.index.json"
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
+        "model.safetensors"]
+    state = {}
+    for shard in shards:
+        state.update(load_file(src / shard))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
+    if bad or unexpected:
+        raise RuntimeError(f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}")
 
 
 def load_trainer_state(ckpt: Path) -> dict:

@@ -44,9 +44,10 @@ def test_ddp_two_cpu_processes(tmp_path):
     recs = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]  # written once (rank 0), not twice
-    assert all(r["rollout/rollouts"] == 4 * 8 for r in train)  # both ranks' shards counted
+    # both ranks' shards are counted (dynamic sampling may add rounds of 4 more prompts x 8)
+    assert all(r["rollout/rollouts"] >= 4 * 8 and r["rollout/rollouts"] % (4 * 8) == 0 for r in train)
     assert all(r["train/groups"] == 4 for r in train if "train/groups" in r)  # gathered from both ranks
-    assert train[-1]["counters/rollouts"] == 3 * 4 * 8
+    assert train[-1]["counters/rollouts"] == sum(r["rollout/rollouts"] for r in train)
     evals = [r for r in recs if r["kind"] == "eval"]
     assert evals and evals[-1]["eval/questions"] == 16
     assert (run_dir / "checkpoints" / "latest").exists()

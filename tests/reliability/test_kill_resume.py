@@ -60,7 +60,8 @@ def test_sigkill_resume_cycles_match_uninterrupted_run(tmp_path):
             _cmd(run_dir, *extra), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
-            proc.wait(timeout=rng.uniform(6.0, 14.0))  # start-up takes ~5 s; steps well under a second
+            # start-up takes ~5 s and a step under a second; later cycles wait longer so the run can finish
+            proc.wait(timeout=rng.uniform(6.0, 14.0) + 5.0 * cycle)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
