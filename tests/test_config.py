@@ -109,3 +109,25 @@ def test_run_dir_with_checkpoints_needs_resume(make_cfg, tmp_path):
 def test_schema_rejects_types(make_cfg):
     with pytest.raises((ValidationError, ConfigKeyError, Exception), match="selector.n|n"):
         make_cfg("selector.n=abc")
+
+
+def test_hub_model_offline_and_uncached_fails_fast(make_cfg, monkeypatch, tmp_path):
+    from pods.hub import OfflineError, hub_reachable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    hub_reachable.cache_clear()
+    with pytest.raises(OfflineError, match=r"Qwen/Qwen2.5-3B-Instruct' \(model.path\).*unreachable"):
+        preflight(make_cfg("model=qwen2.5-3b", "hardware=cpu"))
+    hub_reachable.cache_clear()
+
+
+def test_cli_exits_nonzero_with_the_key_in_the_message(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pods.train", "selector.m=80", f"hydra.run.dir={tmp_path}/r"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert proc.returncode == 2
+    assert "selector.m=80 must be between 1 and selector.n=64" in proc.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()  # failed before anything ran
