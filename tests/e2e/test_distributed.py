@@ -44,8 +44,8 @@ def test_ddp_two_cpu_processes(tmp_path):
     recs = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]  # written once (rank 0), not twice
-    # both ranks' shards are counted (dynamic sampling may add rounds of 4 more prompts x 8)
-    assert all(r["rollout/rollouts"] >= 4 * 8 and r["rollout/rollouts"] % (4 * 8) == 0 for r in train)
+    # both ranks' shards are counted: at least 4 prompts x 8; dynamic-sampling rounds draw a multiple of 2 prompts
+    assert all(r["rollout/rollouts"] >= 4 * 8 and r["rollout/rollouts"] % (2 * 8) == 0 for r in train)
     assert all(r["train/groups"] == 4 for r in train if "train/groups" in r)  # gathered from both ranks
     assert train[-1]["counters/rollouts"] == sum(r["rollout/rollouts"] for r in train)
     evals = [r for r in recs if r["kind"] == "eval"]
