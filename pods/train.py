@@ -8,6 +8,7 @@ the inputs fails before the model loads, with a message naming the key.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 def check_run_dir(cfg) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
     already saved is overwritten or mixed with a new run's metrics."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(cfg.run_dir)
     ckpts = run_dir / "checkpoints"
     used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
@@ -54,7 +57,8 @@ def run(cfg) -> dict:
 
     preflight(cfg)
     trainer = Trainer(cfg, Path(cfg.run_dir))
-    OmegaConf.save(cfg, Path(cfg.run_dir) / "config.yaml", resolve=True)
+    if trainer.dist.is_main:
+        OmegaConf.save(cfg, Path(cfg.run_dir) / "config.yaml", resolve=True)
     return trainer.train()
 
 

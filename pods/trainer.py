@@ -142,7 +142,8 @@ class Trainer:
     def _run_info(self) -> dict:
         path = self.run_dir / "run_info.json"
         info = run_info_for(self.cfg)
-        old = json.loads(path.read_text()) if path.exists() else {}
+        # Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
+        old = json.loads(path.read_text()) if self.dist.is_main and path.exists() else {}
         info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
         info["data"] = {"train": self.train_report.__dict__, "eval": self.eval_report.__dict__}
         info["world_size"] = self.dist.world

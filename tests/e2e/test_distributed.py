@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,12 @@ from tests.conftest import SMOKE
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
@@ -26,7 +33,11 @@ def test_ddp_two_cpu_processes(tmp_path):
         "--nproc_per_node",
         "2",
         "--master_port",
-        "29531",
+        str(_free_port()),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--redirects",
+        "3",
         "-m",
         "pods.train",
         *over,
@@ -40,7 +51,12 @@ def test_ddp_two_cpu_processes(tmp_path):
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # each rank's own output (torchrun interleaves them, and the root cause is often cut off)
+    ranks = "".join(
+        f"\n--- {f.relative_to(tmp_path)}\n{f.read_text()[-2500:]}"
+        for f in sorted((tmp_path / "logs").rglob("std*.log"))
+    )
+    assert proc.returncode == 0, proc.stderr[-1500:] + ranks
     recs = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]  # written once (rank 0), not twice
