@@ -92,15 +92,20 @@ def load_weights(model, ckpt: Path, lora: bool) -> None:
         set_peft_model_state_dict(model, load_file(src / "adapter_model.safetensors"))
         return
     index = src / "model.safetensors.index.json"
-    shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
-        "model.safetensors"]
+    shards = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
     state = {}
     for shard in shards:
         state.update(load_file(src / shard))
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
     if bad or unexpected:
-        raise RuntimeError(f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}")
+        raise RuntimeError(
+            f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}"
+        )
 
 
 def load_trainer_state(ckpt: Path) -> dict:

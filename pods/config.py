@@ -109,6 +109,7 @@ class HardwareConfig:
     micro_batch_size: int = 16  # sequences per forward/backward in the update
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     distributed: str = "none"  # none | ddp | fsdp (through accelerate)
+    num_threads: int = 0  # torch intra-op CPU threads (0 = torch's default)
     vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
 
@@ -246,6 +247,10 @@ def validate(cfg: Any) -> None:
         ["sdpa", "eager", "flash_attention_2"],
     )
     _positive("hardware.micro_batch_size", cfg.hardware.micro_batch_size)
+    if cfg.hardware.num_threads < 0:
+        raise ConfigError(
+            f"hardware.num_threads={cfg.hardware.num_threads}: must be >= 0 (0 = torch's default)"
+        )
     _choice("rollout.backend", cfg.rollout.backend, ["hf", "vllm"])
     _positive("rollout.temperature", cfg.rollout.temperature)
     _positive("rollout.batch_size", cfg.rollout.batch_size)

@@ -24,6 +24,7 @@ def evaluate(
         cfg.rollout.top_p,
         cfg.rollout.top_k,
         add_special_tokens=not cfg.model.use_chat_template,
+        batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
     graded = reward_fn(out.texts, golds)

@@ -64,6 +64,8 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
+        if cfg.hardware.num_threads > 0:
+            torch.set_num_threads(cfg.hardware.num_threads)
         self.device = resolve_device(cfg)
         self.dist = Dist(cfg, self.device)
         self.tok = load_tokenizer(cfg)

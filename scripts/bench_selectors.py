@@ -49,10 +49,15 @@ def timed(fn, repeats: int) -> float:
 def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    lines = ["# max_variance selection: vectorised vs per-group Python loop", "",
-             f"512 groups, m = n/4, random real rewards, median of repeats, 1 CPU thread; "
-             f"{platform.machine()} CPU, torch {torch.__version__}.", "",
-             "| n | m | vectorised ms | loop ms | loop / vectorised | same variance |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# max_variance selection: vectorised vs per-group Python loop",
+        "",
+        f"512 groups, m = n/4, random real rewards, median of repeats, 1 CPU thread; "
+        f"{platform.machine()} CPU, torch {torch.__version__}.",
+        "",
+        "| n | m | vectorised ms | loop ms | loop / vectorised | same variance |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in (16, 64, 256):
         m, r = n // 4, torch.rand(512, n)
         fast = timed(lambda: max_variance(r, m), 20)

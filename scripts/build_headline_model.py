@@ -53,11 +53,22 @@ def accuracy(model, tok, examples, device, temperature: float, k: int = 1) -> tu
     model.eval()
     prompts = [e.question + "\n" for e in examples for _ in range(k)]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {"do_sample": False}
-    out = model.generate(**enc, max_new_tokens=96, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **kw)
+    kw = (
+        dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        if temperature > 0
+        else {"do_sample": False}
+    )
+    out = model.generate(
+        **enc, max_new_tokens=96, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **kw
+    )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    ok = torch.tensor([t.rsplit("<answer>", 1)[-1].split("</answer>")[0].strip() == examples[i // k].answer
-                       for i, t in enumerate(texts)], dtype=torch.float32).view(-1, k)
+    ok = torch.tensor(
+        [
+            t.rsplit("<answer>", 1)[-1].split("</answer>")[0].strip() == examples[i // k].answer
+            for i, t in enumerate(texts)
+        ],
+        dtype=torch.float32,
+    ).view(-1, k)
     model.train()
     return ok.mean().item(), ok.max(1).values.mean().item()
 
@@ -77,12 +88,15 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.1)
     warm = max(1, a.steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / a.steps)))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / a.steps))
+    )
     gen, t0 = torch.Generator().manual_seed(a.seed), time.time()
     for step in range(a.steps):
         idx = torch.randint(len(rows), (a.batch_size,), generator=gen).tolist()
         ids, mask, labels = (t.to(a.device) for t in collate([rows[i] for i in idx], tok.pad_token_id))
-        with torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.device.startswith("cuda")):
+        with torch.autocast(
+            a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.device.startswith("cuda")
+        ):
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -95,8 +109,16 @@ def main() -> None:
     ev = rl_eval[:300]
     greedy, _ = accuracy(model, tok, ev, a.device, 0.0)
     sample, pass16 = accuracy(model, tok, ev[:100], a.device, 1.0, k=16)
-    report = {"params": n_params, "sft_rows": len(rows), "sft_seconds": round(sft_s, 1), "eval_questions": len(ev),
-              "greedy_accuracy": greedy, "sample_accuracy@T1": sample, "pass@16@T1": pass16, "args": vars(a)}
+    report = {
+        "params": n_params,
+        "sft_rows": len(rows),
+        "sft_seconds": round(sft_s, 1),
+        "eval_questions": len(ev),
+        "greedy_accuracy": greedy,
+        "sample_accuracy@T1": sample,
+        "pass@16@T1": pass16,
+        "args": vars(a),
+    }
     print(json.dumps(report, indent=2))
     model.generation_config.do_sample = False
     out = Path(a.out)

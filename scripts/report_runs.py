@@ -19,19 +19,32 @@ def row(run: Path) -> dict:
     recs = read_metrics(run / "metrics.jsonl")
     evals = [r for r in recs if r["kind"] == "eval"]
     acc = [r["eval/accuracy"] for r in evals]
-    return {"run": run.name, "before": acc[0], "after": acc[-1], "peak": max(acc), "steps": evals[-1]["step"],
-            "clock": evals[-1]["train_time"], "wall": recs[-1]["wall_time"] - recs[0]["wall_time"]}
+    return {
+        "run": run.name,
+        "before": acc[0],
+        "after": acc[-1],
+        "peak": max(acc),
+        "steps": evals[-1]["step"],
+        "clock": evals[-1]["train_time"],
+        "wall": recs[-1]["wall_time"] - recs[0]["wall_time"],
+    }
 
 
 def main() -> None:
     rows = [row(Path(p)) for p in sys.argv[1:]]
     print(f"# Default run (`python -m pods.train`), {len(rows)} seeds\n")
-    print(f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}.\n")
-    print("| run | eval acc before | after | peak | steps | training clock s | wall s (first to last record) |")
+    print(
+        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}.\n"
+    )
+    print(
+        "| run | eval acc before | after | peak | steps | training clock s | wall s (first to last record) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['run']} | {r['before']:.3f} | {r['after']:.3f} | {r['peak']:.3f} | {r['steps']} | "
-              f"{r['clock']:.0f} | {r['wall']:.0f} |")
+        print(
+            f"| {r['run']} | {r['before']:.3f} | {r['after']:.3f} | {r['peak']:.3f} | {r['steps']} | "
+            f"{r['clock']:.0f} | {r['wall']:.0f} |"
+        )
     mean = {k: statistics.mean(r[k] for r in rows) for k in ("before", "after", "peak")}
     print(f"| **mean** | {mean['before']:.3f} | {mean['after']:.3f} | {mean['peak']:.3f} | | | |")
     print(f"\nMean change after - before: {100 * (mean['after'] - mean['before']):+.1f} points absolute.")

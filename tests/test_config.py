@@ -126,8 +126,13 @@ def test_cli_exits_nonzero_with_the_key_in_the_message(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "pods.train", "selector.m=80", f"hydra.run.dir={tmp_path}/r"],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pods.train", "selector.m=80", f"hydra.run.dir={tmp_path}/r"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "selector.m=80 must be between 1 and selector.n=64" in proc.stderr
     assert not (tmp_path / "r" / "metrics.jsonl").exists()  # failed before anything ran

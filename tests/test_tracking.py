@@ -6,7 +6,9 @@ from pods.tracking import MetricsLogger, read_metrics, truncate_metrics, wandb_m
 
 def test_truncate_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
     p = tmp_path / "metrics.jsonl"
-    p.write_text("".join(json.dumps({"kind": "train", "step": s}) + "\n" for s in range(1, 6)) + '{"kind": "tr')
+    p.write_text(
+        "".join(json.dumps({"kind": "train", "step": s}) + "\n" for s in range(1, 6)) + '{"kind": "tr'
+    )
     truncate_metrics(p, 3)
     assert [r["step"] for r in read_metrics(p)] == [1, 2, 3]
     truncate_metrics(p, -1)  # resume=true with no checkpoint: start the file over
@@ -27,12 +29,24 @@ def test_wandb_logger_offline_writes_metrics_and_run_files(monkeypatch, tmp_path
     monkeypatch.setenv("WANDB_SILENT", "true")
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"logger": {"backend": "wandb", "project": "pods-test", "entity": None, "group": None,
-                                       "mode": "auto"}, "seed": 0})
+    cfg = OmegaConf.create(
+        {
+            "logger": {
+                "backend": "wandb",
+                "project": "pods-test",
+                "entity": None,
+                "group": None,
+                "mode": "auto",
+            },
+            "seed": 0,
+        }
+    )
     info = {"name": "t-s0", "wandb_id": "abc123test", "group": None}
     logger = MetricsLogger(cfg, tmp_path, info)
     logger.log({"kind": "eval", "step": 0, "train_time": 0.0, "eval/accuracy": 0.5, "bad": float("nan")})
     logger.finish()
     rec = read_metrics(tmp_path / "metrics.jsonl")[0]
-    assert rec["eval/accuracy"] == 0.5 and rec["bad"] is None  # non-finite values become null, not invalid JSON
+    assert (
+        rec["eval/accuracy"] == 0.5 and rec["bad"] is None
+    )  # non-finite values become null, not invalid JSON
     assert logger.wandb is not None and list((tmp_path / "wandb").glob("offline-run-*"))

@@ -49,8 +49,11 @@ class HFGenerator:
         top_p: float = 1.0,
         top_k: int = 0,
         add_special_tokens: bool = False,
+        batch_size: int | None = None,
     ) -> Rollouts:
-        """Generate n completions for each prompt; temperature 0 means greedy."""
+        """Generate n completions for each prompt; temperature 0 means greedy. Sequences are generated in
+        chunks of `batch_size` (default: the rollout batch size)."""
+        bs = batch_size or self.batch_size
         ids, am = self.tokenize(prompts, add_special_tokens)  # (P, Lp)
         ids, am = ids.repeat_interleave(n, 0), am.repeat_interleave(n, 0)  # (P*n, Lp), group-major
         was_training = self.model.training
@@ -71,11 +74,8 @@ class HFGenerator:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        for s in range(0, ids.shape[0], self.batch_size):
-            b_ids, b_am = (
-                ids[s : s + self.batch_size].to(self.device),
-                am[s : s + self.batch_size].to(self.device),
-            )
+        for s in range(0, ids.shape[0], bs):
+            b_ids, b_am = ids[s : s + bs].to(self.device), am[s : s + bs].to(self.device)
             out = self.model.generate(input_ids=b_ids, attention_mask=b_am, **kwargs)
             chunks.append(out[:, ids.shape[1] :].cpu())
         if was_training:

@@ -229,8 +229,10 @@ class VLLMGenerator:
         top_p: float = 1.0,
         top_k: int = 0,
         add_special_tokens: bool = False,
+        batch_size: int | None = None,
     ) -> Rollouts:
-        """Generate n completions for each prompt; temperature 0 means greedy."""
+        """Generate n completions for each prompt; temperature 0 means greedy. `batch_size` is ignored:
+        the engine schedules sequences itself (up to max_num_seqs = rollout.batch_size)."""
         ids, am = self.tokenize(prompts, add_special_tokens)  # (P, Lp)
         requests = [{"prompt_token_ids": row[m.bool()].tolist()} for row, m in zip(ids, am)]  # a TokensPrompt
         params = sampling_kwargs(n, temperature, top_p, top_k, self.max_tokens, self.eos_ids)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from pods.batch import Rollouts
+from pods.update.logprobs import token_logprobs
 from pods.update.loss import policy_loss
 
 
@@ -28,9 +29,8 @@ def completion_logprobs(
         logits_to_keep=lc + 1,
         use_cache=False,
     )
-    logits = out.logits[:, :-1].float() / temperature  # (B, Lc, V): position t predicts token t+1
-    target = input_ids[:, prompt_len:]
-    return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    # (B, Lc, V): position t predicts token t+1; float32 maths chunk by chunk (pods/update/logprobs.py)
+    return token_logprobs(out.logits[:, :-1], input_ids[:, prompt_len:], temperature)
 
 
 def _micro_batches(rows: torch.Tensor, size: int):

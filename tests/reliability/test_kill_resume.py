@@ -51,7 +51,9 @@ def _logged_steps(run_dir: Path) -> int:
         text = (run_dir / "metrics.jsonl").read_text()
     except FileNotFoundError:
         return 0
-    return sum(1 for line in text.splitlines(keepends=True) if line.endswith("\n") and '"kind": "train"' in line)
+    return sum(
+        1 for line in text.splitlines(keepends=True) if line.endswith("\n") and '"kind": "train"' in line
+    )
 
 
 def _train_records(run_dir: Path) -> list[dict]:
@@ -72,7 +74,12 @@ def test_sigkill_resume_cycles_match_uninterrupted_run(tmp_path):
         # Cycles after the second let the run finish.
         target = done + rng.randint(1, 2) if cycle < 2 else None
         proc = subprocess.Popen(
-            _cmd(run_dir, *extra), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            _cmd(run_dir, *extra),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         killed = False
         deadline = time.monotonic() + 300
