@@ -33,12 +33,19 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(ckpt_root: Path, step: int, model, trainer_state: dict, keep_last: int) -> Path:
+def save_checkpoint(
+    ckpt_root: Path, step: int, model, trainer_state: dict, keep_last: int, model_state: dict | None = None
+) -> Path:
+    """Write step_<step>/ atomically. `model_state`: a full state dict to save instead of the model's own
+    (FSDP gathers one, since the module holds only this rank's shard)."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
+    if model_state is None:
+        model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
+    else:
+        model.save_pretrained(tmp / "model", state_dict=model_state)
     torch.save({**trainer_state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
     if final.exists():
@@ -91,6 +98,20 @@ def load_weights(model, ckpt: Path, lora: bool) -> None:
 
         set_peft_model_state_dict(model, load_file(src / "adapter_model.safetensors"))
         return
+    state = read_weights(ckpt)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
+    if bad or unexpected:
+        raise RuntimeError(
+            f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}"
+        )
+
+
+def read_weights(ckpt: Path) -> dict:
+    """The full weights of a checkpoint as one state dict (all safetensors shards)."""
+    from safetensors.torch import load_file
+
+    src = ckpt / "model"
     index = src / "model.safetensors.index.json"
     shards = (
         sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -100,12 +121,7 @@ def load_weights(model, ckpt: Path, lora: bool) -> None:
     state = {}
     for shard in shards:
         state.update(load_file(src / shard))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
-    if bad or unexpected:
-        raise RuntimeError(
-            f"checkpoint {src} does not match the model: missing {bad[:5]}, unexpected {unexpected[:5]}"
-        )
+    return state
 
 
 def load_trainer_state(ckpt: Path) -> dict:

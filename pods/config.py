@@ -108,7 +108,9 @@ class HardwareConfig:
     gradient_checkpointing: bool = False
     micro_batch_size: int = 16  # sequences per forward/backward in the update
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
-    distributed: str = "none"  # none | ddp | fsdp (through accelerate)
+    distributed: str = (
+        "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
+    )
     num_threads: int = 0  # torch intra-op CPU threads (0 = torch's default)
     vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
@@ -241,6 +243,16 @@ def validate(cfg: Any) -> None:
     _choice("hardware.dtype", cfg.hardware.dtype, ["float32", "bfloat16", "float16"])
     _choice("model.dtype", cfg.model.dtype, ["auto", "float32", "bfloat16", "float16"])
     _choice("hardware.distributed", cfg.hardware.distributed, ["none", "ddp", "fsdp"])
+    if cfg.hardware.distributed == "fsdp":
+        for key, bad in (
+            ("hardware.lora", cfg.hardware.lora),
+            ("hardware.load_in_4bit", cfg.hardware.load_in_4bit),
+            ("rollout.backend=vllm", cfg.rollout.backend == "vllm"),
+        ):
+            if bad:
+                raise ConfigError(
+                    f"hardware.distributed=fsdp does not support {key} yet; use hardware.distributed=ddp"
+                )
     _choice(
         "hardware.attn_implementation",
         cfg.hardware.attn_implementation,

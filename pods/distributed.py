@@ -1,4 +1,4 @@
-"""Several processes through accelerate (DDP; FSDP/DeepSpeed via an accelerate config).
+"""Several processes: DDP through accelerate, or FSDP2 (torch's `fully_shard`) on the process group accelerate sets up.
 
 Every rank draws the same prompts and keeps its shard (rank::world); rewards are gathered so that the
 pre-rollout filter, dynamic sampling, selection and metrics see the whole batch and agree on all
@@ -21,22 +21,108 @@ class Dist:
     def __init__(self, cfg, device: torch.device):
         self.accelerator = None
         self.rank, self.world = 0, 1
+        self.fsdp = False  # parameters, gradients and optimizer state sharded over ranks (torch FSDP2)
         if cfg.hardware.distributed != "none" and launched_distributed():
             from accelerate import Accelerator
 
             self.accelerator = Accelerator(cpu=device.type == "cpu")
+            kind = self.accelerator.distributed_type.value
+            if kind in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
+                from pods.config import ConfigError
+
+                raise ConfigError(
+                    f"the accelerate launch config asks for {kind}; pods shards the model itself: launch with "
+                    "`accelerate launch --multi_gpu` (or torchrun) and set hardware.distributed=ddp or fsdp"
+                )
             self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+            self.fsdp = cfg.hardware.distributed == "fsdp"
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def shard_model(self, model):
+        """FSDP: shard each decoder layer, then the rest (embeddings, head), over all ranks, in place; before
+        the optimizer is built, since sharding replaces the parameters. Otherwise the model unchanged."""
+        if not self.fsdp:
+            return model
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(self.accelerator.device.type, (self.world,))
+        names = set(getattr(model, "_no_split_modules", None) or [])
+        layers = [m for m in model.modules() if type(m).__name__ in names]
+        if not layers:
+            raise RuntimeError(f"FSDP: no decoder layers ({sorted(names)}) found in {type(model).__name__}")
+        for layer in layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+
     def prepare(self, model, optimizer):
         """Wrap model/optimizer for gradient sync. Returns (train_model, optimizer); generation and saving
-        use the unwrapped module."""
-        if self.accelerator is None:
+        use the unwrapped module. FSDP modules are already sharded (shard_model) and are not wrapped."""
+        if self.accelerator is None or self.fsdp:
             return model, optimizer
         return self.accelerator.prepare(model, optimizer)
+
+    @property
+    def lockstep(self) -> bool:
+        """Every forward is a collective (FSDP all-gathers parameters): all ranks must run the same number."""
+        return self.fsdp
+
+    @contextlib.contextmanager
+    def full_weights(self, model):
+        """FSDP: gather every parameter once and keep it for the block (generation runs hundreds of forwards
+        whose count differs between ranks), then shard again. Otherwise nothing."""
+        if not self.fsdp or model is None:
+            yield
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        model.set_reshard_after_forward(False)
+        for m in mods:
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in mods:
+                m.reshard()
+            model.set_reshard_after_forward(True)
+            model.set_reshard_after_forward(False, recurse=False)  # the root keeps its weights for backward
+
+    def full_state(self, model, optimizer) -> tuple[dict | None, dict]:
+        """FSDP: (full model state dict, full optimizer state dict), gathered on all ranks (a collective),
+        complete on rank 0. Otherwise (None, the optimizer's own state dict)."""
+        if not self.fsdp:
+            return None, optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        msd = get_model_state_dict(model, options=opts)
+        if getattr(model.config, "tie_word_embeddings", False):
+            msd.pop(
+                "lm_head.weight", None
+            )  # the offloaded copy is no longer shared; save it once, as HF does
+        return msd, get_optimizer_state_dict(model, optimizer, options=opts)
+
+    def load_full_state(self, model, optimizer, model_state: dict, optim_state: dict) -> None:
+        """FSDP: load full (unsharded) state dicts, read by every rank, into the sharded model and optimizer."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        set_model_state_dict(model, model_state, options=StateDictOptions(full_state_dict=True, strict=False))
+        set_optimizer_state_dict(
+            model, optimizer, optim_state, options=StateDictOptions(full_state_dict=True)
+        )
 
     def unwrap(self, model):
         return model if self.accelerator is None else self.accelerator.unwrap_model(model)
@@ -60,6 +146,21 @@ class Dist:
         chunks = full.split(max(sizes))
         return torch.cat([c[:s] for c, s in zip(chunks, sizes)])
 
+    def all_gather_object(self, obj) -> list:
+        """[obj of rank 0, obj of rank 1, ...] on every rank (picklable objects)."""
+        if self.accelerator is None:
+            return [obj]
+        out = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def max(self, x: float) -> float:
+        if self.accelerator is None:
+            return x
+        t = torch.tensor(float(x), device=self.accelerator.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t)
+
     def sum(self, x: float) -> float:
         if self.accelerator is None:
             return x
@@ -75,8 +176,20 @@ class Dist:
         """Skip the gradient all-reduce on all but the last micro-batch of a step."""
         if self.accelerator is None or not enabled:
             return contextlib.nullcontext()
+        if self.fsdp:
+            return _fsdp_no_sync(model)
         return self.accelerator.no_sync(model)
 
     def barrier(self) -> None:
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model):
+    """Accumulate unsharded gradients locally; the next synced backward reduce-scatters them all."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)

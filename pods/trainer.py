@@ -73,6 +73,7 @@ class Trainer:
         self._load_data()
         self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
         self.ref = reference_policy(self.model, ref, cfg)
+        self.model = self.dist.shard_model(self.model)  # FSDP shards in place; otherwise unchanged
         self.generator = build_generator(cfg, self.model, self.tok, self.device)
         optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
@@ -155,9 +156,9 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------------
 
-    def _trainer_state(self) -> dict:
+    def _trainer_state(self, optimizer_state: dict) -> dict:
         return {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
             "prefilter": self.prefilter.state_dict(),
@@ -172,14 +173,20 @@ class Trainer:
     def save(self) -> None:
         """Only rank 0 writes (all ranks hold the same weights and optimizer state under DDP)."""
         with self.timer.phase("checkpoint"):
+            model_state, optim_state = self.dist.full_state(self.model, self.optimizer)  # FSDP: all ranks
+            # each rank's own random streams (generation consumes them differently on every rank)
+            per_rank = self.dist.all_gather_object(
+                {"rng": ckpt.rng_state(), "select_gen": self.select_gen.get_state()}
+            )
             if self.dist.is_main:
                 self.logger.sync()
                 ckpt.save_checkpoint(
                     self.run_dir / "checkpoints",
                     self.step,
                     self.model,
-                    self._trainer_state(),
+                    {**self._trainer_state(optim_state), "per_rank": per_rank},
                     self.cfg.checkpoint.keep_last,
+                    model_state=model_state,
                 )
             self.dist.barrier()
 
@@ -190,9 +197,12 @@ class Trainer:
         if path is None:
             log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
             return -1  # drop any metrics a run killed before its first checkpoint wrote
-        ckpt.load_weights(self.model, path, self.cfg.hardware.lora)
         st = ckpt.load_trainer_state(path)
-        self.optimizer.load_state_dict(st["optimizer"])
+        if self.dist.fsdp:
+            self.dist.load_full_state(self.model, self.optimizer, ckpt.read_weights(path), st["optimizer"])
+        else:
+            ckpt.load_weights(self.model, path, self.cfg.hardware.lora)
+            self.optimizer.load_state_dict(st["optimizer"])
         self.scheduler.load_state_dict(st["scheduler"])
         self.sampler.load_state_dict(st["sampler"])
         self.prefilter.load_state_dict(st["prefilter"])
@@ -201,7 +211,18 @@ class Trainer:
         self.timer.train_clock = st["train_clock"]
         self.next_eval, self.next_ckpt = st["next_eval"], st["next_ckpt"]
         self.collector.zero_var_ratio = st["zero_var_ratio"]
-        ckpt.set_rng_state(st["rng"])
+        mine = st.get("per_rank", [])
+        if len(mine) == self.dist.world:  # same number of ranks: every rank continues its own streams
+            ckpt.set_rng_state(mine[self.dist.rank]["rng"])
+            self.select_gen.set_state(mine[self.dist.rank]["select_gen"])
+        else:
+            if self.dist.world > 1:
+                log.warning(
+                    "checkpoint from %d rank(s), resuming on %d: random streams restart",
+                    len(mine),
+                    self.dist.world,
+                )
+            ckpt.set_rng_state(st["rng"])
         self.step = st["step"]
         log.info("resumed from %s (step %d, training clock %.1fs)", path, self.step, self.timer.train_clock)
         return self.step
@@ -218,9 +239,12 @@ class Trainer:
         c = self.cfg
         if self.step == 0 and c.eval.at_start:
             self.evaluate()
+        # a run bounded by its training clock shows clock seconds, one bounded by steps shows steps
+        by_time = c.max_train_time > 0
         bar = tqdm(
-            total=c.max_steps,
-            initial=self.step,
+            total=round(c.max_train_time) if by_time else c.max_steps,
+            initial=round(self.timer.train_clock) if by_time else self.step,
+            unit="s" if by_time else "step",
             desc=self.run_info["name"],
             dynamic_ncols=True,
             disable=not self.dist.is_main,
@@ -228,9 +252,11 @@ class Trainer:
         last_eval = self.step if self.step == 0 and c.eval.at_start else -1
         while not self.done():
             rec = self.train_step()
-            bar.update(1)
+            bar.update(min(round(self.timer.train_clock), bar.total) - bar.n if by_time else 1)
             bar.set_postfix(
-                reward=f"{rec.get('reward/mean', float('nan')):.3f}", clock=f"{self.timer.train_clock:.0f}s"
+                step=self.step,
+                reward=f"{rec.get('reward/mean', float('nan')):.3f}",
+                clock=f"{self.timer.train_clock:.0f}s",
             )
             if self._due(c.eval.every_steps, "next_eval", c.eval.every_seconds):
                 self.evaluate()
@@ -335,7 +361,7 @@ class Trainer:
     def evaluate(self) -> dict:
         from pods.eval import evaluate
 
-        with self.timer.phase("eval"), autocast(self.cfg, self.device):
+        with self.timer.phase("eval"), autocast(self.cfg, self.device), self.dist.full_weights(self.model):
             metrics, samples = evaluate(
                 self.generator, self.reward_fn, self.eval_prompts, self.eval_answers, self.cfg, self.dist
             )

@@ -108,7 +108,7 @@ class RolloutCollector:
             if len(picked) < dist.world:
                 break
             pids = dist.shard([p for p, _ in picked])
-            with self.timer.phase("generation"):
+            with self.timer.phase("generation"), dist.full_weights(getattr(self.generator, "model", None)):
                 r = self.generator.generate(
                     [self.prompts[p] for p in pids],
                     pids,

@@ -40,10 +40,12 @@ def _micro_batches(rows: torch.Tensor, size: int):
 
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: Rollouts, rows: torch.Tensor, micro: int, temperature: float, device
+    model, batch: Rollouts, rows: torch.Tensor, micro: int, temperature: float, device, calls: int = 0
 ) -> torch.Tensor:
+    """Log-probs of `rows` in micro-batches; then dummy forwards up to `calls` in all (FSDP lock-step)."""
     out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
-    for mb in _micro_batches(rows, micro):
+    mbs = list(_micro_batches(rows, micro))
+    for mb in mbs:
         out[mb] = completion_logprobs(
             model,
             batch.input_ids[mb].to(device),
@@ -51,6 +53,8 @@ def batch_logprobs(
             batch.prompt_len,
             temperature,
         ).cpu()
+    for _ in range(calls - len(mbs)):
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
     return out
 
 
@@ -94,9 +98,12 @@ def policy_update(
         stats["update/skipped"] = 1.0
         return stats
     has_rows = len(rows) > 0
+    micro = list(_micro_batches(rows, hw.micro_batch_size))
+    # Under FSDP every forward/backward is a collective: ranks with fewer micro-batches run dummy ones.
+    calls = int(dist.max(len(micro))) if dist.lockstep else len(micro)
     old = (
-        batch_logprobs(model, batch, rows, hw.micro_batch_size, temp, device)
-        if a.mu > 1 and has_rows
+        batch_logprobs(model, batch, rows, hw.micro_batch_size, temp, device, calls)
+        if a.mu > 1 and (has_rows or dist.lockstep)
         else None
     )
     ref = None
@@ -104,18 +111,32 @@ def policy_update(
         ref = batch_logprobs(ref_model, batch, rows, hw.micro_batch_size, temp, device)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
-    micro = list(_micro_batches(rows, hw.micro_batch_size))
+    passes = max(calls, 1)  # a rank with no rows still joins the gradient reduction once
     for _ in range(a.mu):
         optimizer.zero_grad(set_to_none=True)
-        if not micro:
-            _dummy_backward(model, device)
-        for i, mb in enumerate(micro):
-            with dist.no_sync(model, enabled=i < len(micro) - 1):
-                _micro_step(
-                    model, batch, mb, old, ref, adv, mask, cfg, device, dist, num_tokens, num_seqs, tot
-                )
+        for i in range(passes):
+            with dist.no_sync(model, enabled=i < passes - 1):
+                if i < len(micro):
+                    _micro_step(
+                        model,
+                        batch,
+                        micro[i],
+                        old,
+                        ref,
+                        adv,
+                        mask,
+                        cfg,
+                        device,
+                        dist,
+                        num_tokens,
+                        num_seqs,
+                        tot,
+                    )
+                else:
+                    _dummy_backward(model, device)
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        gnorm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        gnorm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)  # FSDP: a DTensor
         if not math.isfinite(gnorm):  # never let a NaN/inf gradient reach the weights
             optimizer.zero_grad(set_to_none=True)
             tot["nonfinite"] += 1
