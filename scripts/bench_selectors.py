@@ -60,8 +60,8 @@ def main() -> None:
     ]
     for n in (16, 64, 256):
         m, r = n // 4, torch.rand(512, n)
-        fast = timed(lambda: max_variance(r, m), 20)
-        slow = timed(lambda: loop_max_variance(r, m), 3)
+        fast = timed(lambda r=r, m=m: max_variance(r, m), 20)
+        slow = timed(lambda r=r, m=m: loop_max_variance(r, m), 3)
         a = r.double().gather(1, max_variance(r, m)).var(1, unbiased=False)
         b = r.double().gather(1, torch.tensor(loop_max_variance(r, m))).var(1, unbiased=False)
         same = bool(torch.allclose(a, b, atol=1e-12))

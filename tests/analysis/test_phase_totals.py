@@ -1,0 +1,40 @@
+"""scripts/phase_totals.py: per-variant means over seeds of per-run totals, from metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(d: Path, steps: list[dict]) -> None:
+    d.mkdir(parents=True)
+    recs = [{"kind": "eval", "step": 0, "train_time": 0.0, "eval/accuracy": 0.5}]
+    recs += [{"kind": "train", "step": i + 1, "train_time": float(i + 1), **s} for i, s in enumerate(steps)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_means_over_seeds_of_run_totals(tmp_path):
+    step = {"rollout/rollouts": 16, "filter/skipped": 1, "timing/generation": 0.5, "timing/update": 0.25}
+    _run(tmp_path / "greso-n16-m16-s1", [step, step])  # totals: 32 rollouts, 2 skipped, 1.0 s gen
+    _run(tmp_path / "greso-n16-m16-s2", [step, step, step, step])  # 64 rollouts, 4 skipped, 2.0 s gen
+    _run(tmp_path / "none-n16-m16-s1", [{"rollout/rollouts": 16, "timing/generation": 0.25}])
+    out = subprocess.run(
+        [sys.executable, "scripts/phase_totals.py", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines() if "-n16-" in line
+    }
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    g = dict(zip(header, [c.strip(" |") for c in rows["greso-n16-m16"]]))
+    assert g["seeds"] == "2" and g["steps"] == "3.0" and g["rollouts"] == "48.0"
+    assert g["skipped before rollout"] == "3.0" and g["generation s"] == "1.5" and g["update s"] == "0.8"
+    n = dict(zip(header, [c.strip(" |") for c in rows["none-n16-m16"]]))
+    assert n["seeds"] == "1" and n["rollouts"] == "16.0" and n["skipped before rollout"] == "0.0"
