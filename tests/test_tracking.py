@@ -1,6 +1,7 @@
 """metrics.jsonl truncation on resume, and W&B that goes offline instead of failing."""
 
 import json
+
 from pods.tracking import MetricsLogger, read_metrics, truncate_metrics, wandb_mode
 
 
