@@ -106,9 +106,8 @@ class Dist:
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         msd = get_model_state_dict(model, options=opts)
         if getattr(model.config, "tie_word_embeddings", False):
-            msd.pop(
-                "lm_head.weight", None
-            )  # the offloaded copy is no longer shared; save it once, as HF does
+            # the offloaded copy is no longer shared with the embeddings: save it once, as HF does
+            msd.pop("lm_head.weight", None)
         return msd, get_optimizer_state_dict(model, optimizer, options=opts)
 
     def load_full_state(self, model, optimizer, model_state: dict, optim_state: dict) -> None:

@@ -171,7 +171,8 @@ class Trainer:
         }
 
     def save(self) -> None:
-        """Only rank 0 writes (all ranks hold the same weights and optimizer state under DDP)."""
+        """Only rank 0 writes. Under DDP every rank holds the same weights and optimizer state; under FSDP
+        all ranks first gather the full state (a collective). Each rank's random streams are gathered too."""
         with self.timer.phase("checkpoint"):
             model_state, optim_state = self.dist.full_state(self.model, self.optimizer)  # FSDP: all ranks
             # each rank's own random streams (generation consumes them differently on every rank)

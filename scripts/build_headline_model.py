@@ -5,7 +5,7 @@ worked solutions `<think>a+b=c c-d=e</think><answer>e</answer>`), bigger and on 
 problems (--sft-seed), disjoint from the RL train and eval prompts, so that RL prompts are new to the
 policy; it stops early so that the policy is mediocre (greedy accuracy well below 100%) with diverse samples.
 
-    python scripts/build_headline_model.py --out /tmp/headline_model          # ~1-2 min on an H100
+    python -m scripts.build_headline_model --out /tmp/headline_model          # ~1-2 min on an H100
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from pods.config import DatasetConfig
 from pods.data import load_examples
-from scripts.train_tiny_model import build_model, build_tokenizer, collate, encode_sft, solution
+from scripts.train_tiny_model import build_model, build_tokenizer, encode_sft, sft_steps, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def main() -> None:
     a = parse_args()
     torch.manual_seed(a.seed)
     rl_train, rl_eval = load(a.dataset)
-    sft_rows = [json.loads(x) for x in open(a.sft_data)]
+    sft_rows = [json.loads(x) for x in Path(a.sft_data).read_text().splitlines()]
     seen = {e.question for e in rl_train} | {e.question for e in rl_eval}
     sft_rows = [r for r in sft_rows if r["question"] not in seen]  # RL prompts stay new to the policy
     prompts, targets = [r["question"] + "\n" for r in sft_rows], [solution(r["question"]) for r in sft_rows]
@@ -90,19 +90,10 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / a.steps))
     )
-    gen, t0 = torch.Generator().manual_seed(a.seed), time.time()
-    for step in range(a.steps):
-        idx = torch.randint(len(rows), (a.batch_size,), generator=gen).tolist()
-        ids, mask, labels = (t.to(a.device) for t in collate([rows[i] for i in idx], tok.pad_token_id))
-        with torch.autocast(
-            a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.device.startswith("cuda")
-        ):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+    t0 = time.time()
+    for step, loss in sft_steps(
+        model, opt, sched, rows, tok.pad_token_id, a.steps, a.batch_size, a.seed, a.device
+    ):
         if step % 250 == 0 or step == a.steps - 1:
             print(f"sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
     sft_s = time.time() - t0

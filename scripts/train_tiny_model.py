@@ -155,23 +155,33 @@ def collate(rows: list[tuple[list[int], int]], pad_id: int):
     return ids, mask, labels
 
 
-def sft(model, rows, pad_id: int, args) -> list[float]:
-    """AdamW at a constant lr after a short warm-up, batches from a seeded generator. With no decay,
-    --steps is a pure early-stopping knob: the model after N steps is step N of any longer run."""
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
-    gen = torch.Generator().manual_seed(args.seed)
-    losses = []
+def sft_steps(
+    model, opt, sched, rows, pad_id: int, steps: int, batch_size: int, seed: int, device: str = "cpu"
+):
+    """The SFT loop both model builders share: batches drawn from a seeded generator, bf16 autocast on CUDA,
+    grad-norm clip 1.0. Yields (step, loss tensor) after each optimizer step."""
+    gen = torch.Generator().manual_seed(seed)
     model.train()
-    for step in range(args.steps):
-        idx = torch.randint(len(rows), (args.batch_size,), generator=gen).tolist()
-        ids, mask, labels = collate([rows[i] for i in idx], pad_id)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    for step in range(steps):
+        idx = torch.randint(len(rows), (batch_size,), generator=gen).tolist()
+        ids, mask, labels = (t.to(device) for t in collate([rows[i] for i in idx], pad_id))
+        with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        yield step, loss.detach()
+
+
+def sft(model, rows, pad_id: int, args) -> list[float]:
+    """AdamW at a constant lr after a short warm-up, batches from a seeded generator. With no decay,
+    --steps is a pure early-stopping knob: the model after N steps is step N of any longer run."""
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    losses = []
+    for step, loss in sft_steps(model, opt, sched, rows, pad_id, args.steps, args.batch_size, args.seed):
         losses.append(loss.item())
         if step % 100 == 0 or step == args.steps - 1:
             print(f"sft step {step:4d} | loss {loss.item():.4f} | lr {sched.get_last_lr()[0]:.2e}")

@@ -40,10 +40,11 @@ def _micro_batches(rows: torch.Tensor, size: int):
 
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: Rollouts, rows: torch.Tensor, micro: int, temperature: float, device, calls: int = 0
-) -> torch.Tensor:
-    """Log-probs of `rows` in micro-batches; then dummy forwards up to `calls` in all (FSDP lock-step)."""
-    out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+    model, batch: Rollouts | None, rows: torch.Tensor, micro: int, temperature: float, device, calls: int = 0
+) -> torch.Tensor | None:
+    """Log-probs of `rows` in micro-batches; then dummy forwards up to `calls` in all (FSDP lock-step).
+    A rank with no groups (batch None, no rows) only runs the dummy forwards and returns None."""
+    out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
     mbs = list(_micro_batches(rows, micro))
     for mb in mbs:
         out[mb] = completion_logprobs(

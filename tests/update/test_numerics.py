@@ -81,3 +81,17 @@ def test_nonfinite_gradient_never_reaches_the_weights():
 def test_empty_completions_are_left_out():
     stats, changed, finite = run_update([1.0, -1.0, 1.0, -1.0], lengths=(0, 3, 0, 3))
     assert stats["update/rows"] == 2 and changed and finite
+
+
+def test_lockstep_rank_without_groups_runs_only_dummy_forwards():
+    """FSDP with mu > 1: a rank that got no groups still joins every forward (a collective) and returns None."""
+    from pods.update.step import batch_logprobs
+
+    calls = []
+
+    def model(**kw):
+        calls.append(kw["input_ids"].shape)
+        return SimpleNamespace(logits=torch.zeros(1, 1, 4))
+
+    out = batch_logprobs(model, None, torch.zeros(0, dtype=torch.long), 4, 1.0, torch.device("cpu"), calls=3)
+    assert out is None and calls == [torch.Size([1, 1])] * 3
