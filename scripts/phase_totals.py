@@ -29,6 +29,10 @@ def run_totals(run: Path) -> dict:
     }
     for p in PHASES:
         out[f"{p} s"] = sum(r.get(f"timing/{p}", 0.0) for r in train)
+    out["s/step"] = out["train clock s"] / max(len(train), 1)
+    out["generation ms/rollout"] = 1e3 * out["generation s"] / max(out["rollouts"], 1)
+    lengths = [r["completions/mean_length"] for r in train if "completions/mean_length" in r]
+    out["mean completion tokens"] = sum(lengths) / max(len(lengths), 1)
     return out
 
 
@@ -43,7 +47,7 @@ def main() -> None:
     print("| variant | seeds | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for name, rows in groups.items():
-        cells = [f"{statistics.mean(r[c] for r in rows):,.1f}" for c in cols]
+        cells = [f"{statistics.mean(r[c] for r in rows):,.2f}" for c in cols]
         print(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
     print("\nMeans over seeds of per-run totals; seconds are training-clock phase times (eval excluded).")
 

@@ -34,7 +34,8 @@ def test_means_over_seeds_of_run_totals(tmp_path):
     }
     header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
     g = dict(zip(header, [c.strip(" |") for c in rows["greso-n16-m16"]]))
-    assert g["seeds"] == "2" and g["steps"] == "3.0" and g["rollouts"] == "48.0"
-    assert g["skipped before rollout"] == "3.0" and g["generation s"] == "1.5" and g["update s"] == "0.8"
+    assert g["seeds"] == "2" and g["steps"] == "3.00" and g["rollouts"] == "48.00"
+    assert g["skipped before rollout"] == "3.00" and g["generation s"] == "1.50" and g["update s"] == "0.75"
+    assert g["s/step"] == "1.00" and g["generation ms/rollout"] == "31.25"  # 1000 x 0.5 s / 16 rollouts
     n = dict(zip(header, [c.strip(" |") for c in rows["none-n16-m16"]]))
-    assert n["seeds"] == "1" and n["rollouts"] == "16.0" and n["skipped before rollout"] == "0.0"
+    assert n["seeds"] == "1" and n["rollouts"] == "16.00" and n["skipped before rollout"] == "0.00"
