@@ -106,7 +106,8 @@ class HardwareConfig:
     lora: bool = False  # train a LoRA adapter through peft instead of all weights
     load_in_4bit: bool = False  # 4-bit base weights (bitsandbytes), the paper's single-GPU setting
     gradient_checkpointing: bool = False
-    micro_batch_size: int = 16  # sequences per forward/backward in the update
+    micro_batch_size: int = 16  # max sequences per forward/backward in the update
+    micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
@@ -122,6 +123,8 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
+    compile: str = "auto"  # hf: static KV cache + compiled decoding; auto = on CUDA only | true | false
+    prompt_bucket: int = 64  # hf compiled: prompts are left-padded to a multiple of this (fewer shapes)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
 
@@ -263,7 +266,10 @@ def validate(cfg: Any) -> None:
         raise ConfigError(
             f"hardware.num_threads={cfg.hardware.num_threads}: must be >= 0 (0 = torch's default)"
         )
+    _positive("hardware.micro_batch_tokens", cfg.hardware.micro_batch_tokens, allow_zero=True)
     _choice("rollout.backend", cfg.rollout.backend, ["hf", "vllm"])
+    _choice("rollout.compile", str(cfg.rollout.compile).lower(), ["auto", "true", "false"])
+    _positive("rollout.prompt_bucket", cfg.rollout.prompt_bucket)
     _positive("rollout.temperature", cfg.rollout.temperature)
     _positive("rollout.batch_size", cfg.rollout.batch_size)
     if not 0 < cfg.rollout.top_p <= 1:

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 
 import torch
 
-NOT_TRAINING = {"eval", "checkpoint"}
+# compile: one-time warm-up of the compiled rollout path at each new shape (paid alike by every variant)
+NOT_TRAINING = {"eval", "checkpoint", "compile"}
 
 
 class PhaseTimer:
@@ -20,19 +21,25 @@ class PhaseTimer:
         self.train_clock = train_clock  # seconds; restored from checkpoints
         self.step_times: dict[str, float] = defaultdict(float)
         self.sync_cuda = sync_cuda and torch.cuda.is_available()
+        self._inner: list[float] = []  # per open phase: seconds spent in phases nested inside it
 
     @contextmanager
     def phase(self, name: str):
-        """Time a block; CUDA work is synchronised so the time lands in the right phase."""
+        """Time a block; CUDA work is synchronised so the time lands in the right phase. Time spent in a
+        phase nested inside another counts for the inner one only (compile inside generation)."""
         if self.sync_cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
             if self.sync_cuda:
                 torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
+            total = time.perf_counter() - t0
+            dt = total - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += total
             self.step_times[name] += dt
             if name not in NOT_TRAINING:
                 self.train_clock += dt

@@ -27,7 +27,14 @@ from pods.data import PromptSampler, format_prompt, load_examples
 from pods.data.tasks import DataError
 from pods.distributed import Dist
 from pods.filter import build_prefilter
-from pods.models import autocast, load_policy, load_tokenizer, reference_policy, resolve_device
+from pods.models import (
+    autocast,
+    load_policy,
+    load_tokenizer,
+    reference_policy,
+    resolve_device,
+    resolve_dtype,
+)
 from pods.reward import build_reward
 from pods.rollout import build_generator
 from pods.rollout.collect import RolloutCollector
@@ -73,14 +80,15 @@ class Trainer:
         self._load_data()
         self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
         self.ref = reference_policy(self.model, ref, cfg)
-        self.model = self.dist.shard_model(self.model)  # FSDP shards in place; otherwise unchanged
-        self.generator = build_generator(cfg, self.model, self.tok, self.device)
+        # FSDP shards in place (all-gathers in the compute dtype); otherwise unchanged
+        self.model = self.dist.shard_model(self.model, resolve_dtype(cfg, self.device))
+        self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
+        self.generator = build_generator(cfg, self.model, self.tok, self.device, self.timer)
         optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
         self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)  # same draws on every rank
         self.prefilter = build_prefilter(cfg.selector.prefilter, cfg.selector.greso, cfg.seed)
         self.select_gen = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
-        self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
         self.collector = RolloutCollector(
             cfg,
             self.sampler,

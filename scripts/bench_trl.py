@@ -100,12 +100,15 @@ def trl_config(cfg, args, out_dir: Path):
     )
 
 
-def run_trl(cfg, args, model_dir: Path, rows: list[dict], root: Path) -> dict:
+def run_trl(cfg, args, model_dir: Path, rows: list[dict], root: Path, master: str = "auto") -> dict:
+    """master: the dtype TRL keeps the weights in. "auto" (TRL's usual recipe on a GPU) loads them in bf16,
+    so weights, gradients and AdamW states are bf16; "float32" keeps float32 master weights and computes
+    in bf16 under autocast (bf16=True), the numerical safety pods uses for full fine-tuning."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOTrainer
 
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32  # pods trains in this dtype too
+    dtype = torch.bfloat16 if args.device == "cuda" and master == "auto" else torch.float32
     lc = cfg.model.lora
     peft = LoraConfig(r=lc.r, lora_alpha=lc.alpha, target_modules=list(lc.targets), task_type="CAUSAL_LM")
     data = Dataset.from_list([{"prompt": r["question"] + "\n", "answer": r["answer"]} for r in rows])
@@ -135,7 +138,9 @@ def run_trl(cfg, args, model_dir: Path, rows: list[dict], root: Path) -> dict:
 def run_pods_timed(cfg, args) -> dict:
     run = run_pods(cfg, args.device)
     recs = [r for r in run["records"] if r.get("kind") == "train"][1:]
+    phases = sorted({k for r in recs for k in r if k.startswith("timing/")})
     return {
+        "phases_s": {k.removeprefix("timing/"): sum(r.get(k, 0.0) for r in recs) / len(recs) for k in phases},
         "step_times": run["wall_steps"][1:],  # the first step is warm-up
         "step_cpu": run["cpu_steps"][1:],
         "peak_mem_gib": run["peak_mem_gib"],
@@ -161,6 +166,8 @@ def merged(parts: list[dict]) -> dict:
         return failed[0]
     out = {k: [x for p in parts for x in p[k]] for k in ("step_times", "step_cpu", "zero_var", "lengths")}
     out.update({k: max(p[k] for p in parts) for k in ("peak_mem_gib", "start_mem_gib")})
+    if "phases_s" in parts[0]:
+        out["phases_s"] = parts[-1]["phases_s"]
     t, lengths = out["step_times"], out["lengths"]
     out["steps_measured"], out["repeats"] = len(t), len(parts)
     out["step_s"] = sum(t) / len(t) if t else float("nan")
@@ -196,6 +203,10 @@ def markdown(res: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: {v:.3f}" for k, v in res["ratios"].items()]]
     for name, r in res["runs"].items():
+        if "phases_s" in r:  # pods' own per-phase seconds (compile: one-time warm-up, outside the step)
+            split = ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
+            lines += ["", f"- {name} phases (s/step): {split}"]
+    for name, r in res["runs"].items():
         if "traceback" in r:
             lines += ["", f"## {name} failed", "", "```", r["traceback"].strip()[-3000:], "```"]
     return "\n".join(lines) + "\n"
@@ -219,6 +230,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=16, help="generations per prompt (GRPO: all trained on)")
     p.add_argument("--repeats", type=int, default=1, help="run each framework this many times, in turn")
     p.add_argument("--no-pods-extra", action="store_true", help="skip the PODS n'=4n run")
+    p.add_argument("--trl-fp32", action="store_true", help="also run TRL with float32 master weights")
     p.add_argument("--out", default="", help="default: results/bench_trl_<device>")
     args = p.parse_args(argv)
     args.prompts_per_step = 1
@@ -238,6 +250,8 @@ def run_all(args, root: Path, res: dict) -> None:
             ("trl_grpo", run_trl, (grpo, args, model_dir, rows, root)),
             ("pods_grpo", run_pods_timed, (grpo, args)),
         ]
+        if args.trl_fp32 and not args.lora:  # equal numerical safety: float32 master weights in both
+            todo.insert(1, ("trl_grpo_fp32_master", run_trl, (grpo, args, model_dir, rows, root, "float32")))
         if not args.no_pods_extra:
             pods = pods_cfg(
                 args, model_dir, data, root / f"pods-pods-{rep}", "max_variance", 4 * args.n, args.n

@@ -5,10 +5,30 @@ from __future__ import annotations
 from pods.rollout.hf import HFGenerator
 
 
-def build_generator(cfg, model, tokenizer, device):
+def use_compiled(cfg, device) -> bool:
+    """rollout.compile: auto = on for CUDA (decoding small batches is launch-bound there), off on CPU
+    (measured no faster there, and compiling costs tens of seconds)."""
+    choice = str(cfg.rollout.compile).lower()
+    return device.type == "cuda" if choice == "auto" else choice == "true"
+
+
+def build_generator(cfg, model, tokenizer, device, timer=None):
     """Pick the rollout backend named by rollout.backend."""
     if cfg.rollout.backend == "hf":
-        return HFGenerator(model, tokenizer, device, cfg.rollout.batch_size, cfg.model.max_completion_len)
+        from pods.models import resolve_dtype
+
+        return HFGenerator(
+            model,
+            tokenizer,
+            device,
+            cfg.rollout.batch_size,
+            cfg.model.max_completion_len,
+            compiled=use_compiled(cfg, device),
+            dtype=resolve_dtype(cfg, device),
+            prompt_bucket=cfg.rollout.prompt_bucket,
+            max_prompt_len=cfg.model.max_prompt_len,
+            timer=timer,
+        )
     if cfg.rollout.backend == "vllm":
         from pods.rollout.vllm import VLLMGenerator
 
@@ -16,4 +36,4 @@ def build_generator(cfg, model, tokenizer, device):
     raise ValueError(f"rollout.backend={cfg.rollout.backend!r}; allowed: hf, vllm")
 
 
-__all__ = ["HFGenerator", "build_generator"]
+__all__ = ["HFGenerator", "build_generator", "use_compiled"]

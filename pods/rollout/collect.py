@@ -108,7 +108,7 @@ class RolloutCollector:
             if len(picked) < dist.world:
                 break
             pids = dist.shard([p for p, _ in picked])
-            with self.timer.phase("generation"), dist.full_weights(getattr(self.generator, "model", None)):
+            with self.timer.phase("generation"), dist.full_weights(self.generator.reads_policy):
                 r = self.generator.generate(
                     [self.prompts[p] for p in pids],
                     pids,

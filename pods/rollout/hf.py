@@ -1,8 +1,27 @@
-"""Rollouts with transformers' generate: all prompts x n in batches, KV cache on, left padding."""
+"""Rollouts with transformers' generate: all prompts x n in batches, KV cache on, left padding.
+
+Two paths, one sampling distribution:
+
+- dynamic (CPU default): `generate` on the training model itself, dynamic KV cache, shapes as they come.
+- compiled (CUDA default, `rollout.compile`): a copy of the policy in the compute dtype (bf16), refreshed
+  in place after every update (LoRA adapters merged into it, so decoding costs what the base model costs),
+  a static KV cache and transformers' automatic torch.compile of the decode step (CUDA graphs). A decode
+  step on a small policy is bound by kernel launches, not by the GPU: compiling it is what makes extra
+  rollouts nearly free, the regime PODS is built for. Shapes are fixed so a run compiles a handful of times:
+  prompts are left-padded to a multiple of `prompt_bucket`, chunks have a fixed number of rows (the last is
+  padded with rows that are stopped at once), and the cache always holds `max_prompt_len + max_new_tokens`.
+  The first call at a new shape is a warm-up (compile + graph capture) timed as `compile`, outside the
+  training clock, with the random streams restored so the warm-up draws nothing.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from contextlib import nullcontext
+
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts
 
@@ -24,20 +43,199 @@ def eos_ids_for(model, tokenizer) -> list[int]:
     return sorted({i for i in ids if i is not None})
 
 
+def bucketed_len(length: int, bucket: int, cap: int) -> int:
+    """Prompt width padded up to a multiple of `bucket`, but never past `cap` (nor below `length`).
+
+    >>> bucketed_len(30, 64, 512), bucketed_len(65, 64, 512), bucketed_len(500, 64, 512)
+    (64, 128, 512)
+    """
+    return max(length, min(bucket * math.ceil(max(length, 1) / bucket), cap))
+
+
+def chunk_rows(rows: int, batch_size: int) -> int:
+    """Rows per generate call: the batch size, or the next power of two for a smaller job, so a run sees
+    at most log2(batch_size) + 1 distinct batch shapes.
+
+    >>> chunk_rows(512, 256), chunk_rows(128, 256), chunk_rows(141, 256), chunk_rows(3, 256)
+    (256, 128, 256, 4)
+    """
+    return min(batch_size, 1 << max(rows - 1, 0).bit_length())
+
+
+class _StopRows(StoppingCriteria):
+    """Marks padding rows finished from the first token, and (warm-up) every row after `max_new` tokens."""
+
+    def __init__(self, done: torch.Tensor, start: int, max_new: int | None = None):
+        self.done, self.start, self.max_new = done, start, max_new
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        if self.max_new is not None and input_ids.shape[1] - self.start >= self.max_new:
+            return torch.ones_like(self.done)
+        return self.done
+
+
+def _unwrap(model):
+    """The plain transformers model under DDP / peft wrappers (its config, its parameter names)."""
+    model = getattr(model, "module", model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor (FSDP shard) as the whole tensor (a collective: every rank calls it in the same order)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class GenerationCopy:
+    """The policy's weights in the compute dtype, in a plain transformers model used only for decoding.
+
+    `sync(model)` copies the training weights in place (fixed addresses: compiled graphs stay valid). With
+    peft LoRA the copy holds base + B @ A * scale for every adapted layer: generation never runs the adapter.
+    """
+
+    def __init__(self, model, device, dtype: torch.dtype):
+        from transformers import AutoModelForCausalLM
+
+        base = _unwrap(model)
+        with torch.random.fork_rng(devices=[]):  # its random init (overwritten below) draws nothing
+            self.model = AutoModelForCausalLM.from_config(
+                base.config, dtype=dtype, attn_implementation=base.config._attn_implementation
+            )
+        self.model.to(device).eval().requires_grad_(False)
+        self.model.generation_config = base.generation_config
+        self._synced_frozen = False
+        self.sync(model)
+
+    @torch.no_grad()
+    def sync(self, model) -> None:
+        model = getattr(model, "module", model)  # DDP
+        lora = {}
+        if hasattr(model, "get_base_model"):  # peft: module name -> merged weight of each adapted layer
+            prefix = "base_model.model."
+            for name, mod in model.named_modules():
+                if hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer"):
+                    w = _full(mod.get_base_layer().weight).float()
+                    for adapter in mod.active_adapters:
+                        w = w + mod.get_delta_weight(adapter).float()
+                    lora[name.removeprefix(prefix) + ".weight"] = w
+            params = {
+                n.removeprefix(prefix).replace(".base_layer", ""): p for n, p in model.named_parameters()
+            }
+        else:
+            params = dict(model.named_parameters())
+        for name, dst in self.model.named_parameters():
+            if name in lora:
+                dst.copy_(lora[name])
+                continue
+            src = params.get(name)
+            if src is None:
+                raise KeyError(f"generation copy: no training parameter named {name!r}")
+            if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
+                dst.copy_(_full(src.detach()))
+        self._synced_frozen = True
+
+
 class HFGenerator:
-    def __init__(self, model, tokenizer, device, batch_size: int, max_new_tokens: int):
-        self.model, self.tok, self.device = model, tokenizer, device
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        device,
+        batch_size: int,
+        max_new_tokens: int,
+        compiled: bool = False,
+        dtype: torch.dtype | None = None,
+        prompt_bucket: int = 64,
+        max_prompt_len: int = 512,
+        timer=None,
+    ):
+        self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.compiled, self.prompt_bucket, self.max_prompt_len = compiled, prompt_bucket, max_prompt_len
+        self.timer = timer
+        self.warm_shapes: set[tuple[int, int]] = set()
+        self.compile_seconds = 0.0
+        self.copy = None
+        if compiled:
+            _raise_recompile_limit(64)
+            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16)
+
+    @property
+    def decoder(self):
+        """The module that generates: the compute-dtype copy on the compiled path, else the policy itself."""
+        return self.copy.model if self.copy is not None else self.model
+
+    @property
+    def reads_policy(self):
+        """The training module that generate() reads (FSDP gathers its weights first), None with a copy."""
+        return self.model if self.copy is None else None
 
     def sync_weights(self, model) -> None:
-        """Nothing to push: generation runs on the training model itself."""
+        """Compiled path: refresh the generation copy after an update; otherwise nothing to push (generation
+        runs on the training model itself)."""
+        if self.copy is not None:
+            self.copy.sync(model)
 
     def tokenize(self, prompts: list[str], add_special_tokens: bool) -> tuple[torch.Tensor, torch.Tensor]:
         self.tok.padding_side = "left"
         enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
-        return enc["input_ids"], enc["attention_mask"]
+        ids, am = enc["input_ids"], enc["attention_mask"]
+        if self.compiled:  # a fixed set of prompt widths
+            width = bucketed_len(ids.shape[1], self.prompt_bucket, self.max_prompt_len)
+            ids = torch.nn.functional.pad(ids, (width - ids.shape[1], 0), value=self.pad_id)
+            am = torch.nn.functional.pad(am, (width - am.shape[1], 0), value=0)
+        return ids, am
+
+    def _gen_kwargs(self, temperature: float, top_p: float, top_k: int, lp: int) -> dict:
+        # Sampling exactly at the configured temperature/top-p/top-k: explicit values override a hub model's
+        # generation_config defaults (Qwen ships top_k=20, repetition_penalty=1.05), which would otherwise make
+        # the behaviour policy differ from the one the loss assumes.
+        kwargs = dict(
+            do_sample=temperature > 0,
+            max_new_tokens=self.max_new_tokens,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids,
+            use_cache=True,
+            repetition_penalty=1.0,
+        )
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if self.compiled:  # one cache size for every prompt width: the decode graph never changes shape
+            width = max(lp, bucketed_len(self.max_prompt_len, self.prompt_bucket, self.max_prompt_len))
+            kwargs.update(cache_implementation="static", max_cache_len=width + self.max_new_tokens)
+        return kwargs
+
+    def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
+        """(b, Lp) -> (b, Lc) new tokens; on the compiled path padded to a fixed row count first."""
+        b = ids.shape[0]
+        rows = chunk_rows(b, self.batch_size) if self.compiled else b
+        done = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        if rows > b:  # filler rows (copies of row 0) are finished before they start
+            fill = rows - b
+            ids = torch.cat([ids, ids[:1].expand(fill, -1)])
+            am = torch.cat([am, am[:1].expand(fill, -1)])
+            done[b:] = True
+        ids, am, lp = ids.to(self.device), am.to(self.device), ids.shape[1]
+        if self.compiled and (rows, lp) not in self.warm_shapes:
+            self._warm_up(ids, am, done, kwargs)
+            self.warm_shapes.add((rows, lp))
+        stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
+        out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+        return out[:b, lp:].cpu()
+
+    def _warm_up(self, ids, am, done, kwargs) -> None:
+        """Compile and capture this shape with a few decode steps, outside the training clock; the random
+        streams are restored, so what follows samples exactly what it would have without the warm-up."""
+        phase = self.timer.phase("compile") if self.timer is not None else nullcontext()
+        t0 = time.perf_counter()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with phase, torch.random.fork_rng(devices=devices):
+            stop = StoppingCriteriaList([_StopRows(done, ids.shape[1], max_new=4)])
+            self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+        self.compile_seconds += time.perf_counter() - t0
 
     @torch.no_grad()
     def generate(
@@ -56,30 +254,18 @@ class HFGenerator:
         bs = batch_size or self.batch_size
         ids, am = self.tokenize(prompts, add_special_tokens)  # (P, Lp)
         ids, am = ids.repeat_interleave(n, 0), am.repeat_interleave(n, 0)  # (P*n, Lp), group-major
-        was_training = self.model.training
-        self.model.eval()
-        chunks = []
-        # Sampling exactly at the configured temperature/top-p/top-k: explicit values override a hub model's
-        # generation_config defaults (Qwen ships top_k=20, repetition_penalty=1.05), which would otherwise make
-        # the behaviour policy differ from the one the loss assumes.
-        kwargs = dict(
-            do_sample=temperature > 0,
-            max_new_tokens=self.max_new_tokens,
-            pad_token_id=self.pad_id,
-            eos_token_id=self.eos_ids,
-            use_cache=True,
-            repetition_penalty=1.0,
-        )
-        if temperature > 0:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        for s in range(0, ids.shape[0], bs):
-            b_ids, b_am = ids[s : s + bs].to(self.device), am[s : s + bs].to(self.device)
-            out = self.model.generate(input_ids=b_ids, attention_mask=b_am, **kwargs)
-            chunks.append(out[:, ids.shape[1] :].cpu())
-        if was_training:
-            self.model.train()
+        was_training = self.decoder.training
+        self.decoder.eval()
+        kwargs = self._gen_kwargs(temperature, top_p, top_k, ids.shape[1])
+        saved_bs, self.batch_size = self.batch_size, bs
+        try:
+            chunks = [
+                self._generate_chunk(ids[s : s + bs], am[s : s + bs], kwargs) for s in range(0, len(ids), bs)
+            ]
+        finally:
+            self.batch_size = saved_bs
+            if was_training:
+                self.decoder.train()
         width = max(c.shape[1] for c in chunks)
         comp = torch.cat(
             [torch.nn.functional.pad(c, (0, width - c.shape[1]), value=self.pad_id) for c in chunks]
@@ -96,3 +282,11 @@ class HFGenerator:
             prompt_ids=list(prompt_ids),
             group_size=n,
         )
+
+
+def _raise_recompile_limit(limit: int) -> None:
+    """Each (rows, prompt width) pair is one more compiled graph; torch's default limit (8) is too low."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name) and getattr(cfg, name) < limit:
+            setattr(cfg, name, limit)

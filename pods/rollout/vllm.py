@@ -191,6 +191,8 @@ def unwrap(model):
 class VLLMGenerator:
     """Same interface as HFGenerator: generate(...) -> Rollouts, sync_weights(model), pad_id, eos_ids."""
 
+    reads_policy = None  # the engine holds its own copy of the weights
+
     def __init__(self, cfg, model, tokenizer, device, sleep: bool | None = None):
         # the engine core must run in this process: apply_model then needs no pickling and no tensor copies
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -33,27 +33,60 @@ def completion_logprobs(
     return token_logprobs(out.logits[:, :-1], input_ids[:, prompt_len:], temperature)
 
 
-def _micro_batches(rows: torch.Tensor, size: int):
-    for s in range(0, len(rows), size):
-        yield rows[s : s + size]
+def row_lengths(batch: Rollouts) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) real prompt tokens and (B,) real completion tokens of every row."""
+    return batch.attention_mask[:, : batch.prompt_len].sum(1), batch.completion_mask.sum(1)
+
+
+def plan_micro_batches(
+    rows: torch.Tensor, prompt_lens: torch.Tensor, comp_lens: torch.Tensor, max_rows: int, max_tokens: int
+) -> list[torch.Tensor]:
+    """Split `rows` into micro-batches of at most `max_rows` rows and, when `max_tokens` > 0, at most
+    `max_tokens` padded tokens (rows x (longest prompt + longest completion) in the micro-batch).
+
+    Rows are taken longest first, so rows of similar length share a micro-batch and little compute goes to
+    padding; a single row longer than the budget still gets a micro-batch of its own. The gradient is the
+    same for any split (the loss normalisers are batch totals), only the memory and the speed change.
+
+    >>> [m.tolist() for m in plan_micro_batches(torch.arange(4), torch.tensor([2, 2, 2, 2]),
+    ...                                         torch.tensor([1, 8, 2, 6]), 8, 20)]
+    [[1, 3], [2, 0]]
+    """
+    if len(rows) == 0:
+        return []
+    p, c = prompt_lens[rows], comp_lens[rows]
+    order = rows[torch.argsort(p + c, descending=True, stable=True)]
+    out, cur, pmax, cmax = [], [], 0, 0
+    for r in order.tolist():
+        pm, cm = max(pmax, int(prompt_lens[r])), max(cmax, int(comp_lens[r]))
+        full = len(cur) >= max_rows or (max_tokens > 0 and (len(cur) + 1) * (pm + cm) > max_tokens)
+        if cur and full:
+            out.append(torch.tensor(cur))
+            cur, pm, cm = [], int(prompt_lens[r]), int(comp_lens[r])
+        cur.append(r)
+        pmax, cmax = pm, cm
+    out.append(torch.tensor(cur))
+    return out
+
+
+def micro_view(batch: Rollouts, mb: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width)."""
+    p_len, c_len = row_lengths(batch)
+    pw, cw = int(p_len[mb].max()), int(c_len[mb].max())
+    cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
+    return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw
 
 
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: Rollouts | None, rows: torch.Tensor, micro: int, temperature: float, device, calls: int = 0
+    model, batch: Rollouts | None, mbs: list[torch.Tensor], temperature: float, device, calls: int = 0
 ) -> torch.Tensor | None:
-    """Log-probs of `rows` in micro-batches; then dummy forwards up to `calls` in all (FSDP lock-step).
+    """Log-probs of the rows of micro-batches `mbs`; then dummy forwards up to `calls` in all (FSDP lock-step).
     A rank with no groups (batch None, no rows) only runs the dummy forwards and returns None."""
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
-    mbs = list(_micro_batches(rows, micro))
     for mb in mbs:
-        out[mb] = completion_logprobs(
-            model,
-            batch.input_ids[mb].to(device),
-            batch.attention_mask[mb].to(device),
-            batch.prompt_len,
-            temperature,
-        ).cpu()
+        ids, am, pw, cw = micro_view(batch, mb, device)
+        out[mb, :cw] = completion_logprobs(model, ids, am, pw, temperature).cpu()
     for _ in range(calls - len(mbs)):
         model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
     return out
@@ -99,17 +132,21 @@ def policy_update(
         stats["update/skipped"] = 1.0
         return stats
     has_rows = len(rows) > 0
-    micro = list(_micro_batches(rows, hw.micro_batch_size))
+    micro = (
+        plan_micro_batches(rows, *row_lengths(batch), hw.micro_batch_size, hw.micro_batch_tokens)
+        if has_rows
+        else []
+    )
     # Under FSDP every forward/backward is a collective: ranks with fewer micro-batches run dummy ones.
     calls = int(dist.max(len(micro))) if dist.lockstep else len(micro)
     old = (
-        batch_logprobs(model, batch, rows, hw.micro_batch_size, temp, device, calls)
+        batch_logprobs(model, batch, micro, temp, device, calls)
         if a.mu > 1 and (has_rows or dist.lockstep)
         else None
     )
     ref = None
     if a.beta > 0 and has_rows:
-        ref = batch_logprobs(ref_model, batch, rows, hw.micro_batch_size, temp, device)
+        ref = batch_logprobs(ref_model, batch, micro, temp, device)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
     passes = max(calls, 1)  # a rank with no rows still joins the gradient reduction once
@@ -161,21 +198,16 @@ def policy_update(
 
 def _micro_step(model, batch, mb, old, ref, adv, mask, cfg, device, dist, num_tokens, num_seqs, tot) -> None:
     a = cfg.algo
-    logp = completion_logprobs(
-        model,
-        batch.input_ids[mb].to(device),
-        batch.attention_mask[mb].to(device),
-        batch.prompt_len,
-        cfg.rollout.temperature,
-    )
+    ids, am, pw, cw = micro_view(batch, mb, device)
+    logp = completion_logprobs(model, ids, am, pw, cfg.rollout.temperature)
     loss, st = policy_loss(
         logp,
-        old[mb].to(device) if old is not None else logp.detach(),  # on-policy: the ratio is exactly 1
+        old[mb, :cw].to(device) if old is not None else logp.detach(),  # on-policy: the ratio is exactly 1
         adv[mb].to(device, logp.dtype),
-        mask[mb].to(device),
+        mask[mb, :cw].to(device),
         a.epsilon,
         a.epsilon_high,
-        ref[mb].to(device) if ref is not None else None,
+        ref[mb, :cw].to(device) if ref is not None else None,
         a.beta,
         a.loss_agg,
         num_tokens,

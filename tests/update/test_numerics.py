@@ -25,7 +25,7 @@ class TinyLM(torch.nn.Module):
 def cfg():
     return SimpleNamespace(
         algo=SimpleNamespace(beta=0.0, mu=1, epsilon=0.2, epsilon_high=None, loss_agg="token"),
-        hardware=SimpleNamespace(micro_batch_size=2, distributed="none"),
+        hardware=SimpleNamespace(micro_batch_size=2, micro_batch_tokens=0, distributed="none"),
         rollout=SimpleNamespace(temperature=1.0),
         optim=SimpleNamespace(grad_clip=1.0),
     )
@@ -93,5 +93,5 @@ def test_lockstep_rank_without_groups_runs_only_dummy_forwards():
         calls.append(kw["input_ids"].shape)
         return SimpleNamespace(logits=torch.zeros(1, 1, 4))
 
-    out = batch_logprobs(model, None, torch.zeros(0, dtype=torch.long), 4, 1.0, torch.device("cpu"), calls=3)
+    out = batch_logprobs(model, None, [], 1.0, torch.device("cpu"), calls=3)
     assert out is None and calls == [torch.Size([1, 1])] * 3

@@ -1,0 +1,136 @@
+"""The hf rollout backend: the compiled path (generation copy, static cache, fixed shapes) against the
+dynamic one on the tiny model. On a CPU transformers does not compile, so these tests check everything
+but the compiler itself: shapes, padding rows, the cache, the copy's weights, the random streams."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.rollout.hf import HFGenerator, bucketed_len, chunk_rows
+from pods.timing import PhaseTimer
+
+TINY = Path(__file__).resolve().parents[2] / "pods" / "assets" / "tiny"
+PROMPTS = ["12 + 7 =\n", "3 - 45 + 8 =\n", "60 + 1 =\n"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = AutoTokenizer.from_pretrained(TINY)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+    return model, tok
+
+
+def gen(tiny, compiled: bool, batch_size: int = 256, timer=None) -> HFGenerator:
+    model, tok = tiny
+    return HFGenerator(
+        model,
+        tok,
+        "cpu",
+        batch_size,
+        24,
+        compiled=compiled,
+        dtype=torch.float32,
+        prompt_bucket=16,
+        max_prompt_len=64,
+        timer=timer,
+    )
+
+
+def test_shape_helpers():
+    assert [bucketed_len(n, 64, 512) for n in (1, 64, 65, 511, 600)] == [64, 64, 128, 512, 600]
+    assert [chunk_rows(n, 256) for n in (1, 2, 3, 16, 17, 256, 999)] == [1, 2, 4, 16, 32, 256, 256]
+
+
+def test_greedy_is_token_identical_to_the_dynamic_cache(tiny):
+    dyn = gen(tiny, compiled=False).generate(PROMPTS, [0, 1, 2], 1, 0.0)
+    fast = gen(tiny, compiled=True).generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
+    assert fast.texts == dyn.texts
+    assert fast.prompt_len == 16 and dyn.prompt_len < 16  # bucketed prompt width
+    assert torch.equal(fast.completion_mask, dyn.completion_mask)
+    lp_d, lp_f = dyn.prompt_len, fast.prompt_len
+    assert torch.equal(fast.input_ids[:, lp_f:], dyn.input_ids[:, lp_d:])  # the same completion tokens
+    assert torch.equal(fast.attention_mask[:, lp_f - lp_d :], dyn.attention_mask)  # only more left padding
+
+
+def test_sampled_outputs_match_under_a_fixed_seed(tiny):
+    """Without filler rows both paths draw the same random numbers in the same order: the warm-up of a new
+    shape restores the random streams, so it draws nothing."""
+    out = []
+    for compiled in (False, True):
+        torch.manual_seed(123)
+        out.append(gen(tiny, compiled, batch_size=8).generate(PROMPTS[:2], [0, 1], 4, 1.0).texts)
+    assert out[0] == out[1]
+    assert len(set(out[0])) > 1  # really sampled
+
+
+def test_filler_rows_stop_at_once_and_are_dropped(tiny):
+    g = gen(tiny, compiled=True, batch_size=8)
+    r = g.generate(PROMPTS, [0, 1, 2], 2, 1.0)  # 6 rows -> one chunk of 8
+    assert len(r.texts) == 6 and r.input_ids.shape[0] == 6
+    assert g.warm_shapes == {(8, 16)}
+
+
+def test_compile_warm_up_is_timed_outside_the_training_clock(tiny):
+    timer = PhaseTimer()
+    g = gen(tiny, compiled=True, batch_size=4, timer=timer)
+    with timer.phase("generation"):
+        g.generate(PROMPTS[:1], [0], 4, 1.0)
+    times = timer.pop_step()
+    assert times["timing/compile"] > 0 and g.compile_seconds == pytest.approx(
+        times["timing/compile"], abs=1e-3
+    )
+    assert timer.train_clock == pytest.approx(times["timing/generation"])
+    assert times["timing/step"] == pytest.approx(times["timing/generation"])
+    with timer.phase("generation"):  # same shape: no second warm-up
+        g.generate(PROMPTS[1:2], [1], 4, 1.0)
+    assert "timing/compile" not in timer.pop_step()
+
+
+def test_nested_phases_count_once():
+    timer = PhaseTimer()
+    with timer.phase("generation"):
+        time.sleep(0.02)
+        with timer.phase("compile"):
+            time.sleep(0.05)
+    t = timer.pop_step()
+    assert t["timing/compile"] >= 0.05 and 0.02 <= t["timing/generation"] < 0.05
+    assert timer.train_clock == pytest.approx(t["timing/generation"])
+
+
+def test_generation_copy_follows_the_policy(tiny):
+    model, tok = tiny
+    policy = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    g = HFGenerator(policy, tok, "cpu", 8, 8, compiled=True, dtype=torch.bfloat16, max_prompt_len=64)
+    copy = dict(g.decoder.named_parameters())
+    assert all(p.dtype == torch.bfloat16 for p in copy.values())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.01)
+    g.sync_weights(policy)
+    for name, p in policy.named_parameters():
+        assert torch.equal(copy[name], p.detach().to(torch.bfloat16)), name
+    assert dict(g.decoder.named_parameters())[name].data_ptr() == copy[name].data_ptr()  # updated in place
+
+
+def test_generation_copy_merges_lora(tiny):
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = tiny
+    base = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "up_proj"]))
+    with torch.no_grad():  # a non-zero adapter (B starts at 0)
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    g = HFGenerator(peft_model, tok, "cpu", 8, 8, compiled=True, dtype=torch.float32, max_prompt_len=64)
+    ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        want, got = peft_model(input_ids=ids).logits, g.decoder(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-4)
+    assert not any("lora" in n for n, _ in g.decoder.named_parameters())
