@@ -45,11 +45,11 @@ def test_cli_subprocess_end_to_end(tmp_path):
     sweep = write_sweep(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pods.compare", str(sweep), "--n-boot", "200"]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "| max_variance-n64-m16 | 2 |" in res.stdout
     assert "2.00x [2.00, 2.00]" in res.stdout and "rule: paper" in res.stdout
-    out = sweep / "compare"  # the default --out
+    (out,) = tmp_path.glob("compare-*")  # the default --out: a new folder under the cwd
     for name in (
         "summary.md",
         "summary.csv",
@@ -82,9 +82,9 @@ def test_cli_rules_move_the_headline(tmp_path, capsys):
     assert "rule: paper+threshold=1.0" in capsys.readouterr().out
 
 
-def test_cli_async_evals_grid_vs_at_or_before(tmp_path):
+def test_cli_async_evals_nearest_vs_at_or_before(tmp_path):
     # evals land 2 s (baseline) and 1 s (variant) after their checkpoint, like the
-    # H100 runs: the paper's grid read says 2.0x, at-or-before says less
+    # H100 runs: the paper's nearest read says 2.0x, at-or-before says less
     sweep = write_sweep(tmp_path, lag_base=2.0, lag_fast=1.0)
     common = [str(sweep), "--n-boot", "0", "--grid-step", "25"]
     cases = [([], 2.0), (["--time-read", "at-or-before"], 125 / 75), (["--rule", "strict"], 1.25)]
@@ -127,9 +127,9 @@ def test_cli_wandb_csv(tmp_path):
     csv.write_text("\n".join(",".join(map(str, r)) for r in [cols, *rows]) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pods.compare", str(csv), "--n-boot", "100", "--rule", "strict"]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    out = tmp_path / "compare"
+    (out,) = tmp_path.glob("compare-*")
     assert speedups(out) == {"GRPO": 1.0, "PODS": 2.0}
     assert (out / "accuracy_vs_time.png").exists() and not (out / "accuracy_vs_step.png").exists()
     assert "rule: strict" in (out / "summary.md").read_text()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pods.analysis.curves import (
+    CompareError,
     axis_for_column,
     build_curves,
     find_run_dirs,
@@ -88,10 +89,10 @@ def test_load_runs_without_run_info_torn_line_and_resume(tmp_path):
 
 
 def test_load_runs_errors(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CompareError, match="no run dir"):
         load_runs(tmp_path)
     write_run(tmp_path / "r", "v", 1, BASE)
-    with pytest.raises(ValueError, match="eval/pass_at_5"):
+    with pytest.raises(CompareError, match="'eval/pass_at_5'.*one of: eval/accuracy, eval/n"):
         load_runs(tmp_path, metric="eval/pass_at_5")
 
 
@@ -102,17 +103,28 @@ def test_make_grid():
 
 def test_sample_run_three_time_reads():
     # asynchronous evals around a 25 s checkpoint grid
+    # (reach = half a grid step: the eval at 1.5 stands for the t=0 checkpoint)
     x, y, grid = np.array([1.5, 26, 49, 77]), np.array([0.1, 0.2, 0.3, 0.4]), make_grid(77.0, 25)
-    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before"), [np.nan, 0.1, 0.3, 0.3])
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 12.5), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before", 12.5), [np.nan, 0.1, 0.3, 0.3])
     interp = [0.1, 0.1 + 0.1 * 23.5 / 24.5, 0.3 + 0.1 / 28, 0.3 + 0.1 * 26 / 28]
-    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate"), interp)
+    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate", 12.5), interp)
+    # on the union grid (no step) a run has values from its first to its last eval only
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.2, 0.3, 0.4])
 
 
-def test_sample_run_carries_forward_inside_span_only():
+def test_sample_run_nearest_ties_and_reach():
     grid = np.array([0.0, 10, 20, 30, 40])
     x, y = np.array([10.0, 30]), np.array([0.5, 0.7])
-    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [np.nan, 0.5, 0.5, 0.7, np.nan])
+    # union grid: t=20 is 10 from both evals, the earlier one wins; nothing outside [10, 30]
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.5, 0.5, 0.7, np.nan])
+    # checkpoints every 10: reach 5, so t=20 (10 from any eval) and t=0, 40 get no value
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 5.0), [np.nan, 0.5, np.nan, 0.7, np.nan])
+    # reach 10 (a step of 20 around these checkpoints): t=0 and t=40 read the end evals
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 10.0), [0.5, 0.5, 0.5, 0.7, 0.7])
+    # exactly half-way between two evals, at distance == reach: counts, earlier eval wins
+    x2, y2 = np.array([9.0, 11.0]), np.array([0.1, 0.9])
+    np.testing.assert_allclose(sample_run(x2, y2, np.array([10.0]), "nearest", 1.0), [0.1])
 
 
 def test_build_curves_shorter_run_ends_the_mean_curve(tmp_path):
@@ -135,7 +147,7 @@ def test_summarize_runs_paper_vs_strict(tmp_path):
     assert summarize(df, rule="strict", n_boot=0).rows[1]["speedup"] == pytest.approx(100 / 75)
     by_step = summarize(df, x="step", n_boot=0)
     assert (by_step.rows[0]["time"], by_step.rows[1]["time"]) == (40.0, 20.0)
-    with pytest.raises(KeyError, match="train_time"):
+    with pytest.raises(CompareError, match="train_time"):
         summarize(df, x="tokens")
 
 
@@ -163,8 +175,8 @@ def test_load_wandb_csv(tmp_path):
     assert s2.train_time.tolist() == [0, 60, 100] and s2.value.tolist() == [0.2, 0.6, 0.8]
     assert sorted(df.variant.unique()) == ["grpo", "pods-n64"]
     summary = summarize(df, n_boot=0)
-    # grid = union {0, 50, 60, 100}; grpo-s2 carries 0.2 to t=50: mean curve never
-    # reaches 0.792 before t=100, pods reaches it at t=50
+    # grid = union {0, 50, 60, 100}; grpo-s2 reads its nearest eval at t=50 (t=60, 0.6):
+    # the mean curve (0.6 at t=50) never reaches 0.792 before t=100, pods reaches it at t=50
     assert (summary.rows[0]["time"], summary.rows[1]["time"]) == (100.0, 50.0)
     assert summary.x_label == "eval/time"
 
