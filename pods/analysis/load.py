@@ -133,7 +133,7 @@ def load_runs(
     if not frames:
         found = ", ".join(_logged_metrics(run_dirs)) or "none"
         raise CompareError(
-            f"none of the {len(run_dirs)} runs logged {metric!r}; pass --metric, one of: {found}"
+            f"none of the {len(run_dirs)} runs logged {metric!r}; choose --metric from: {found}"
         )
     return _finish(dedupe_runs(frames), metric, {a: a for a in X_AXES})
 

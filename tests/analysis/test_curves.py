@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pods.analysis.curves import (
+    DEFAULT_NAME_PATTERN,
     CompareError,
     axis_for_column,
     build_curves,
@@ -18,6 +19,7 @@ from pods.analysis.curves import (
     sample_run,
     summarize,
 )
+from pods.analysis.load import load_file
 
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 at t=100
 FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 at t=50, 0.8 at t=75
@@ -44,6 +46,28 @@ def test_parse_run_name():
     assert parse_run_name("max_variance-n64-m16-s3") == ("max_variance-n64-m16", "3")
     assert parse_run_name("grpo_baseline") == ("grpo_baseline", "0")  # its own variant
     assert parse_run_name("seed7_pods", r"seed(?P<seed>\d+)_") == ("pods", "7")
+
+
+@pytest.mark.parametrize(
+    "name,variant,seed",
+    [
+        ("GRPO-s25-p8-n128-m32-ga4", "GRPO-p8-n128-m32-ga4", "25"),  # the seed in the middle
+        ("seed7_pods-n64", "pods-n64", "7"),  # at the start
+        ("pods_seed3", "pods", "3"),
+        ("grpo-seed-2-n16", "grpo-n16", "2"),
+        ("PODS S04 8xH100", "PODS 8xH100", "4"),  # spaces, upper case, leading zero
+        ("dynamic_sampling-n16-m16", "dynamic_sampling-n16-m16", "0"),  # "_sampling" is no seed
+        ("grpo-steps100-s1", "grpo-steps100", "1"),
+    ],
+)
+def test_parse_run_name_finds_the_seed_anywhere(name, variant, seed):
+    assert parse_run_name(name) == (variant, seed)
+
+
+def test_parse_run_name_refuses_two_seeds_and_takes_a_variant_group():
+    with pytest.raises(CompareError, match="2 seed tokens"):
+        parse_run_name("grpo-s1-s2")
+    assert parse_run_name("x1-grpo", r"x(?P<seed>\d+)-(?P<variant>.+)") == ("grpo", "1")
 
 
 def test_load_runs_finds_nested_runs_and_skips_train_lines(tmp_path):
@@ -92,7 +116,7 @@ def test_load_runs_errors(tmp_path):
     with pytest.raises(CompareError, match="no run dir"):
         load_runs(tmp_path)
     write_run(tmp_path / "r", "v", 1, BASE)
-    with pytest.raises(CompareError, match="'eval/pass_at_5'.*one of: eval/accuracy, eval/n"):
+    with pytest.raises(CompareError, match="'eval/pass_at_5'; choose --metric from: eval/accuracy, eval/n"):
         load_runs(tmp_path, metric="eval/pass_at_5")
 
 
@@ -191,3 +215,44 @@ def test_load_wandb_csv_metric_and_x_col(tmp_path):
     assert df.groupby("variant").value.count().to_dict() == {"a": 2, "b": 1}
     assert axis_for_column("train/global_step") == "step"
     assert axis_for_column("rollouts") == "rollouts" and axis_for_column("eval/time") == "train_time"
+
+
+def test_load_long_table_csv_jsonl_and_json(tmp_path):
+    # run, x, value; a metric column with two metrics; variant + seed instead of run
+    (tmp_path / "long.csv").write_text(
+        "run,x,metric,value\ngrpo-s1,0,acc,0.2\ngrpo-s1,60,acc,0.5\ngrpo-s1,60,loss,3\npods-s1,0,acc,0.3\n"
+    )
+    with pytest.raises(CompareError, match="choose --metric from: acc, loss"):
+        load_file(tmp_path / "long.csv", None, None, DEFAULT_NAME_PATTERN)
+    df = load_file(tmp_path / "long.csv", "acc", None, DEFAULT_NAME_PATTERN)
+    assert df.attrs == {"metric": "acc", "x_labels": {"train_time": "x"}}
+    assert df[["run", "variant", "seed", "train_time", "value"]].values.tolist() == [
+        ["grpo-s1", "grpo", "1", 0.0, 0.2],
+        ["grpo-s1", "grpo", "1", 60.0, 0.5],
+        ["pods-s1", "pods", "1", 0.0, 0.3],
+    ]
+    lines = [{"variant": "pods", "seed": 2, "step": 10 * k, "value": v} for k, v in enumerate([0.1, 0.4])]
+    (tmp_path / "long.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    df = load_file(tmp_path / "long.jsonl", None, None, DEFAULT_NAME_PATTERN)
+    assert df.run.unique().tolist() == ["pods-s2"] and df.step.tolist() == [0.0, 10.0]
+    (tmp_path / "long.json").write_text(json.dumps(lines))
+    assert load_file(tmp_path / "long.json", None, None, DEFAULT_NAME_PATTERN).value.tolist() == [0.1, 0.4]
+
+
+def test_readme_conversion_of_per_checkpoint_json(tmp_path):
+    # one JSON file per run, one entry per checkpoint, as the README's snippet expects
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    for run, accs in {"grpo-s1": [0.2, 0.6], "pods-s1": [0.2, 0.7]}.items():
+        entries = [{"checkpoint": f"step_{k}", "time_s": 120 * k, "accuracy": a} for k, a in enumerate(accs)]
+        (evals / f"{run}.json").write_text(json.dumps(entries))
+    out = tmp_path / "evals.jsonl"
+    # -- the README's conversion, verbatim --
+    with open(out, "w") as f:
+        for path in sorted(evals.glob("*.json")):
+            for entry in json.loads(path.read_text()):
+                row = {"run": path.stem, "x": entry["time_s"], "value": entry["accuracy"]}
+                f.write(json.dumps(row) + "\n")
+    # --
+    df = load_file(out, None, None, DEFAULT_NAME_PATTERN)
+    assert sorted(df.variant.unique()) == ["grpo", "pods"] and len(df) == 4
