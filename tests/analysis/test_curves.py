@@ -239,20 +239,20 @@ def test_load_long_table_csv_jsonl_and_json(tmp_path):
     assert load_file(tmp_path / "long.json", None, None, DEFAULT_NAME_PATTERN).value.tolist() == [0.1, 0.4]
 
 
-def test_readme_conversion_of_per_checkpoint_json(tmp_path):
+def test_readme_conversion_of_per_checkpoint_json(tmp_path, monkeypatch):
     # one JSON file per run, one entry per checkpoint, as the README's snippet expects
     evals = tmp_path / "evals"
     evals.mkdir()
     for run, accs in {"grpo-s1": [0.2, 0.6], "pods-s1": [0.2, 0.7]}.items():
         entries = [{"checkpoint": f"step_{k}", "time_s": 120 * k, "accuracy": a} for k, a in enumerate(accs)]
         (evals / f"{run}.json").write_text(json.dumps(entries))
-    out = tmp_path / "evals.jsonl"
-    # -- the README's conversion, verbatim --
-    with open(out, "w") as f:
-        for path in sorted(evals.glob("*.json")):
+    monkeypatch.chdir(tmp_path)
+    # -- the README's conversion --
+    with open("evals.jsonl", "w") as f:
+        for path in sorted(Path("evals").glob("*.json")):  # evals/GRPO-s1.json, evals/PODS-s1.json, ...
             for entry in json.loads(path.read_text()):
                 row = {"run": path.stem, "x": entry["time_s"], "value": entry["accuracy"]}
                 f.write(json.dumps(row) + "\n")
     # --
-    df = load_file(out, None, None, DEFAULT_NAME_PATTERN)
+    df = load_file(tmp_path / "evals.jsonl", None, None, DEFAULT_NAME_PATTERN)
     assert sorted(df.variant.unique()) == ["grpo", "pods"] and len(df) == 4
