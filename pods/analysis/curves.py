@@ -193,6 +193,8 @@ def summarize(
     x = x or default_axis(df)
     x_label = df.attrs.get("x_labels", {}).get(x, x)
     check_grid_step(df, x, grid_step, x_unit(x_label))
+    if any(v is not None and np.isnan(v) for v in (x_min, x_max)):
+        raise CompareError("--x-min and --x-max take numbers (or inf), not nan")
     if x_min is not None and x_max is not None and x_min > x_max:
         raise CompareError(f"--x-min {x_min:g} is after --x-max {x_max:g}")
     curves = build_curves(df, x, r.time_read, grid_step, x_min, x_max)

@@ -185,6 +185,7 @@ BAD_INPUTS = [  # (name, files to write, extra args, what the one line must say)
         ["x.csv", "--baseline", "a", "--x-min", "9", "--x-max", "1"],
         "--x-min 9 is after --x-max 1",
     ),
+    ("nan window", {"x.csv": EXPORT}, ["x.csv", "--baseline", "a", "--x-max", "nan"], "not nan"),
     (
         "zero grid step",
         {"x.csv": EXPORT},
