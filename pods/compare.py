@@ -1,88 +1,93 @@
-"""Turn sweeps (or W&B CSV exports) into the PODS time-to-peak table and plots.
+"""Turn sweeps, W&B exports or long tables into the PODS time-to-peak table and plots.
 
     python -m pods.compare outputs/multirun/2025-06-01/12-00-00 --out results/gsm8k
-    python -m pods.compare export.csv --x-col eval/time --rule strict
+    python -m pods.compare export.csv --metric eval/accuracy --grid-step 120 --x-max 1800
+    python -m pods.compare evals.jsonl --rule strict
 
-Inputs may mix run dirs, sweep dirs (run dirs up to 3 levels down) and *.csv
-exports. Prints the Markdown table and writes summary.md, summary.csv and
-<metric>_vs_{time,step,rollouts}.png into --out. The default rule is the
-paper's (99% of the baseline's mean-curve peak, times read on the checkpoint
-grid); --rule strict, --threshold, --reference and --time-read say otherwise,
-and every output names the rule it used.
+Inputs may mix run dirs, sweep dirs (run dirs up to 3 levels down), W&B panel
+exports (*.csv) and long tables (*.csv, *.jsonl, *.json with run or variant+seed,
+x, value). Prints the Markdown table and writes summary.md, summary.csv and
+<metric>_vs_{time,step,rollouts}.png into --out. The default rule is the paper's
+(99% of the baseline's mean-curve peak, each checkpoint read at its nearest eval);
+--rule strict, --threshold, --reference and --time-read say otherwise, and every
+output names the rule, the grid and its unit, the window and the runs it used.
+A bad or ambiguous input is refused in one line on stderr, exit 2.
 """
 
 import argparse
+import re
+import sys
+import time
 from pathlib import Path
 
-import pandas as pd
-
-from pods.analysis.curves import (
-    DEFAULT_METRIC,
-    DEFAULT_NAME_PATTERN,
-    X_AXES,
-    build_curves,
-    load_runs,
-    load_wandb_csv,
-    summarize,
-)
+from pods.analysis.curves import X_AXES, build_curves, summarize
+from pods.analysis.errors import CompareError
+from pods.analysis.load import DEFAULT_NAME_PATTERN, load_inputs
 from pods.analysis.peak import REFERENCES, RULES, TIME_READS
 from pods.analysis.report import to_markdown, write_report
 
+UNIT_HELP = (
+    "in the unit of the x column: seconds for run dirs' train_time, steps for --x step, "
+    "the CSV's own x column otherwise (W&B's eval/time and train/clock are seconds: 2 min = 120)"
+)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pods.compare", description=__doc__.split("\n")[0])
-    p.add_argument("paths", nargs="+", help="run dirs, sweep dirs or W&B panel CSV exports")
-    p.add_argument("--out", help="output dir (default: <first input>/compare)")
+    p = Parser(prog="python -m pods.compare", description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="+", help="run dirs, sweep dirs, W&B panel exports or long tables")
+    p.add_argument("--out", help="output dir (default: a new ./compare-<date>-<time>)")
     p.add_argument(
-        "--metric", help=f"metric to compare (default {DEFAULT_METRIC}; for a CSV, its only metric)"
+        "--metric", help="metric to compare (default eval/accuracy for run dirs; a file's only metric)"
     )
     p.add_argument("--x", choices=X_AXES, help="x axis (default: train_time if present)")
     p.add_argument("--rule", choices=sorted(RULES), default="paper", help="preset rule")
     p.add_argument("--threshold", type=float, help="fraction of the baseline peak to reach")
     p.add_argument("--reference", choices=REFERENCES, help="read times on mean or per-seed curves")
-    p.add_argument("--time-read", choices=TIME_READS, help="how a time is read from evals")
     p.add_argument(
-        "--grid-step",
-        type=float,
-        help="checkpoint spacing on the x axis (default: the union of eval x values)",
+        "--time-read",
+        choices=TIME_READS,
+        help="how a checkpoint is read from evals: nearest eval (paper; ties: the earlier), "
+        "last eval at-or-before (strict), or interpolate",
     )
-    p.add_argument("--baseline", help="variant to beat (default: 'none*' or '*grpo*', else first)")
+    p.add_argument(
+        "--grid-step", type=float, help=f"checkpoint spacing, {UNIT_HELP} (default: every eval's x)"
+    )
+    p.add_argument("--x-min", type=float, help=f"start of the window, {UNIT_HELP}")
+    p.add_argument("--x-max", type=float, help=f"end of the window (the budget), {UNIT_HELP}")
+    p.add_argument("--baseline", help="variant to beat (default: the only 'none*' or '*grpo*' one)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
-    p.add_argument("--x-col", help="time column of CSV exports (default: the first column)")
+    p.add_argument("--x-col", help="x column of CSV exports and long tables (default: the first column / x)")
     p.add_argument(
         "--name-pattern",
         default=DEFAULT_NAME_PATTERN,
-        help="regex with variant and seed groups for CSV run names (and run dirs without run_info.json)",
+        help="regex with a seed group (and optionally variant) for run names; default: a seed token "
+        "anywhere (-s3, _seed3, seed-3), the variant is the name without it",
     )
     p.add_argument("--band", choices=("minmax", "std"), default="minmax", help="seed band")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.n_boot < 0:
+        p.error(f"--n-boot {args.n_boot}: give 0 or more")
+    return args
 
 
-def load_inputs(args: argparse.Namespace) -> pd.DataFrame:
-    """One tidy table from every input; CSVs and run dirs may be mixed."""
-    csvs = [p for p in args.paths if p.endswith(".csv")]
-    dirs = [p for p in args.paths if not p.endswith(".csv")]
-    frames = [load_wandb_csv(p, args.metric, args.x_col, args.name_pattern) for p in csvs]
-    if dirs:
-        frames.append(load_runs(dirs, args.metric or DEFAULT_METRIC, args.name_pattern))
-    if len(frames) == 1:
-        return frames[0]
-    df = pd.concat(frames, ignore_index=True)  # axes some input lacks become NaN: drop them
-    df = df.dropna(axis=1, how="any")
-    labels = {k: v for f in frames for k, v in f.attrs["x_labels"].items() if k in df}
-    df.attrs = {"metric": frames[0].attrs["metric"], "x_labels": labels}
-    return df
+def default_out() -> Path:
+    """A new folder under the current directory, never one that exists."""
+    base = Path.cwd() / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, k = base, 1
+    while out.exists():
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    return out
 
 
-def default_out(first: str) -> Path:
-    path = Path(first)
-    return (path.parent if path.is_file() else path) / "compare"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    df = load_inputs(args)
+def run(args: argparse.Namespace) -> int:
+    df = load_inputs(args.paths, args.metric, args.x_col, args.name_pattern)
     summary = summarize(
         df,
         x=args.x,
@@ -94,15 +99,32 @@ def main(argv: list[str] | None = None) -> int:
         n_boot=args.n_boot,
         seed=args.seed,
         grid_step=args.grid_step,
+        x_min=args.x_min,
+        x_max=args.x_max,
     )
-    # the other axes only get plots; --grid-step is in units of the main axis
+    # the other axes only get plots, of the evals inside the window on the main axis
+    lo, hi = args.x_min if args.x_min is not None else -float("inf"), args.x_max
+    inside = df[(df[summary.x] >= lo) & (df[summary.x] <= (hi if hi is not None else float("inf")))]
     others = [a for a in X_AXES if a in df and a != summary.x]
-    extra = {a: build_curves(df, a, summary.rule.time_read) for a in others}
-    out = Path(args.out) if args.out else default_out(args.paths[0])
+    extra = {a: build_curves(inside, a, summary.rule.time_read) for a in others}
+    out = Path(args.out) if args.out else default_out()
     written = write_report(summary, out, extra, args.band)
     print(to_markdown(summary))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:  # --help, or a bad option already reported in one line
+        return int(e.code or 0)
+    try:
+        return run(args)
+    except (CompareError, OSError, ValueError, KeyError, re.error) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"python -m pods.compare: error: {' '.join(str(message).split())}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

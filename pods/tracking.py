@@ -33,6 +33,19 @@ def wandb_mode(requested: str) -> str:
         return "offline"
 
 
+STEP_METRIC = "train/clock"  # the training clock in seconds: metrics.jsonl's train_time
+
+
+def bind_metrics(run) -> None:
+    """Plot every logged metric against the training clock, as metrics.jsonl has it.
+
+    A glob per namespace would miss new ones (reward/*, timing/*, selector/*, filter/*, ...)
+    and leave them on W&B's _step, which counts log calls; "*" binds them all.
+    """
+    run.define_metric(STEP_METRIC)
+    run.define_metric("*", step_metric=STEP_METRIC)
+
+
 class MetricsLogger:
     """Append-only metrics.jsonl plus optional W&B. On resume the file is truncated to the checkpoint's
     step first, so a resumed run continues it without duplicates or gaps."""
@@ -63,9 +76,7 @@ class MetricsLogger:
                 config=OmegaConf.to_container(cfg, resolve=True),
                 settings=wandb.Settings(init_timeout=60),
             )
-            run.define_metric("train/clock")
-            run.define_metric("eval/*", step_metric="train/clock")  # accuracy vs training clock
-            run.define_metric("train/*", step_metric="train/clock")
+            bind_metrics(run)
             log.info("W&B run %s (%s)", run.name, mode)
             return run
         except Exception as e:  # noqa: BLE001 - logging must never kill a training run
@@ -79,7 +90,7 @@ class MetricsLogger:
         if self.wandb is not None:
             try:
                 data = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and k != "kind"}
-                data["train/clock"], data["train/step"] = rec["train_time"], rec["step"]
+                data[STEP_METRIC], data["train/step"] = rec["train_time"], rec["step"]
                 self.wandb.log(data)
             except Exception as e:  # noqa: BLE001
                 log.warning("W&B log failed: %s", e)

@@ -51,3 +51,26 @@ def test_wandb_logger_offline_writes_metrics_and_run_files(monkeypatch, tmp_path
         rec["eval/accuracy"] == 0.5 and rec["bad"] is None
     )  # non-finite values become null, not invalid JSON
     assert logger.wandb is not None and list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+class _FakeRun:
+    def __init__(self):
+        self.defined = []
+
+    def define_metric(self, name, step_metric=None):
+        self.defined.append((name, step_metric))
+
+
+def test_every_logged_metric_is_bound_to_the_training_clock():
+    from fnmatch import fnmatchcase
+
+    from pods.tracking import STEP_METRIC, bind_metrics
+
+    run = _FakeRun()
+    bind_metrics(run)
+    assert run.defined[0] == (STEP_METRIC, None)  # the clock itself is the x axis
+    globs = [name for name, step in run.defined if step == STEP_METRIC]
+    # namespaces a training run logs (metrics.jsonl), not only eval/* and train/*
+    logged = ["eval/accuracy", "train/step", "reward/mean", "timing/step", "selector/kept_reward_std"]
+    logged += ["filter/skip_rate", "rollout/tokens", "update/loss", "counters/prompts", "rollouts"]
+    assert all(any(fnmatchcase(key, g) for g in globs) for key in logged)

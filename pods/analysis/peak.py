@@ -3,7 +3,8 @@
 The paper's recipe ("at least 1.7x"): average each variant's seeds into a mean
 curve, set the threshold at 99% of vanilla GRPO's mean-curve peak, and divide the
 time at which GRPO's mean curve first reaches it by the same time for PODS,
-reading times on the checkpoint grid. The number moves with every knob of that
+reading each checkpoint of a fixed grid at the eval nearest in time to it, within
+the budget. The number moves with every knob of that
 recipe (100% of the peak gives 1.6x instead of 2.0x), so each knob is a field of
 `Rule` and every output says which rule made it.
 
@@ -12,18 +13,20 @@ Pure numpy. Curves live on a shared grid (curves.py puts runs there): arrays are
 point, inf = the threshold is never reached.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from math import comb
 
 import numpy as np
 
-TIME_READS = ("grid", "at-or-before", "interpolate")
+from pods.analysis.errors import CompareError
+
+TIME_READS = ("nearest", "at-or-before", "interpolate")
 REFERENCES = ("mean", "per-seed")
 
 _READ_TEXT = {
-    "grid": "first grid point (checkpoint) whose value is >= threshold, evals snapped "
-    "to their nearest checkpoint",
+    "nearest": "first checkpoint whose value is >= threshold, each checkpoint read at the "
+    "eval nearest in time to it (ties: the earlier eval; none within half a grid step: no value)",
     "at-or-before": "first grid time t whose last eval at or before t is >= threshold",
     "interpolate": "linear interpolation between the two evals that bracket the crossing",
 }
@@ -41,16 +44,16 @@ class Rule:
 
     threshold: float = 0.99  # fraction of the baseline peak a curve must reach
     reference: str = "mean"  # "mean" curve over seeds, or "per-seed" curves then averaged
-    time_read: str = "grid"  # one of TIME_READS, see _READ_TEXT
+    time_read: str = "nearest"  # one of TIME_READS, see _READ_TEXT
     name: str = "paper"
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
-            raise ValueError(f"reference={self.reference!r}; choose one of {REFERENCES}")
+            raise CompareError(f"reference={self.reference!r}; choose one of {REFERENCES}")
         if self.time_read not in TIME_READS:
-            raise ValueError(f"time_read={self.time_read!r}; choose one of {TIME_READS}")
+            raise CompareError(f"time_read={self.time_read!r}; choose one of {TIME_READS}")
         if not 0 < self.threshold <= 1.5:
-            raise ValueError(
+            raise CompareError(
                 f"threshold={self.threshold}: give a fraction of the peak (0.99), not a percentage"
             )
 
@@ -74,7 +77,7 @@ def make_rule(
     """A preset from RULES with optional overrides; the name records what changed."""
     if isinstance(rule, str):
         if rule not in RULES:
-            raise KeyError(f"unknown rule {rule!r}; valid rules: {sorted(RULES)}")
+            raise CompareError(f"unknown rule {rule!r}; valid rules: {', '.join(sorted(RULES))}")
         rule = RULES[rule]
     asked = dict(threshold=threshold, reference=reference, time_read=time_read)
     changes = {k: v for k, v in asked.items() if v is not None and v != getattr(rule, k)}
@@ -217,11 +220,25 @@ def spread(x: np.ndarray) -> dict[str, float]:
 
 
 def pick_baseline(variants: list[str]) -> str:
-    """The variant that names no down-sampling ('none...') or GRPO, else the first."""
-    for v in variants:
-        if v.lower().startswith("none") or "grpo" in v.lower():
-            return v
-    return variants[0]
+    """The one variant that names no down-sampling ('none...') or GRPO; refuse when
+    there is none or more than one (unless there is a single variant)."""
+    if len(variants) == 1:
+        return variants[0]
+    found = [v for v in variants if v.lower().startswith("none") or "grpo" in v.lower()]
+    if len(found) == 1:
+        return found[0]
+    why = "several could be" if found else "none is named none* or *grpo*"
+    raise CompareError(f"which variant is the baseline? {why}; choose --baseline from: {', '.join(variants)}")
+
+
+def one_seed_warnings(curves: dict[str, "Curves"]) -> list[str]:
+    """A warning for every variant with a single run: no spread, weak tests."""
+    return [
+        f"variant '{n}' has one seed (run '{c.runs[0]}'): no spread, its interval and p-values "
+        "say little; if the run name holds a seed, pass --name-pattern"
+        for n, c in curves.items()
+        if len(c.runs) == 1
+    ]
 
 
 @dataclass
@@ -231,8 +248,8 @@ class Curves:
     grid: np.ndarray  # (G,) shared by every variant of a comparison
     values: np.ndarray  # (S, G) each seed read on the grid, NaN outside its span
     runs: list[str]  # (S,) run names
-    peaks: np.ndarray  # (S,) each run's best raw eval
-    finals: np.ndarray  # (S,) each run's last raw eval
+    peaks: np.ndarray  # (S,) each run's best value read on the grid (inside the window)
+    finals: np.ndarray  # (S,) each run's last value read on the grid
 
 
 @dataclass
@@ -249,6 +266,10 @@ class Summary:
     metric: str = "value"
     x: str = "x"  # the axis: train_time, step or rollouts
     x_label: str = "x"  # the column it came from, e.g. eval/time in a W&B export
+    grid_step: float | None = None  # checkpoint spacing in x_label's unit; None: union of eval x
+    x_min: float | None = None  # the window (budget) in x_label's unit; None: open
+    x_max: float | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def variant_row(c: Curves, threshold: float, rule: Rule) -> dict:
@@ -312,9 +333,16 @@ def summarize_curves(
     """
     baseline = baseline or pick_baseline(list(curves))
     if baseline not in curves:
-        raise KeyError(f"baseline {baseline!r} is not a variant; variants: {list(curves)}")
+        raise CompareError(
+            f"baseline {baseline!r} is not a variant; choose --baseline from: {', '.join(curves)}"
+        )
     curves = {baseline: curves[baseline], **{n: c for n, c in curves.items() if n != baseline}}
     thr = float(rule_threshold(curves[baseline].values, rule))
+    if np.isnan(thr):
+        raise CompareError(
+            f"the runs of baseline '{baseline}' share no checkpoint, so it has no mean curve; "
+            "narrow the window or use --reference per-seed"
+        )
     boots = bootstrap_speedups(curves, baseline, rule, n_boot, seed)
     rows = [{"variant": n, **variant_row(c, thr, rule)} for n, c in curves.items()]
     for row in rows:
@@ -325,4 +353,4 @@ def summarize_curves(
         if n_boot and row["variant"] != baseline:
             row["speedup_lo"], row["speedup_hi"] = percentile_interval(boots[row["variant"]])
             row["p_boot"] = bootstrap_pvalue(boots[row["variant"]])
-    return Summary(rows, rule, baseline, thr, curves, n_boot, seed)
+    return Summary(rows, rule, baseline, thr, curves, n_boot, seed, warnings=one_seed_warnings(curves))

@@ -11,14 +11,10 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pods.analysis.curves import window_text, x_unit
 from pods.analysis.peak import Curves, Summary, mean_curve
 
 AXIS_SLUG = {"train_time": "time", "step": "step", "rollouts": "rollouts"}
-GRID_TEXT = (
-    "one grid shared by all variants (union of eval x values, or 0, step, 2*step, ... "
-    "with --grid-step); each run covers its first to last eval, no extrapolation; "
-    "a mean curve is defined where every seed has a value"
-)
 TESTS_TEXT = (
     "speedup 95% CI = percentile bootstrap over seeds (seeds resampled with replacement "
     "within each variant, threshold recomputed, {n_boot} resamples, seed {seed}); "
@@ -26,6 +22,30 @@ TESTS_TEXT = (
     "p_perm = one-sided exact permutation test on the ranks of per-seed times to the "
     "threshold, never-reached seeds ranked slowest (H1: the variant is faster)"
 )
+
+
+def grid_text(summary: Summary) -> str:
+    """The checkpoint grid, its unit and the window, in one line."""
+    unit = x_unit(summary.x_label)
+    if summary.grid_step is None:
+        where = "the union of every eval's x (no --grid-step); a run has values from its first to last eval"
+    else:
+        where = (
+            f"checkpoints every {summary.grid_step:g} {unit} (0, {summary.grid_step:g}, "
+            f"{2 * summary.grid_step:g}, ...); no eval within half a step: no value"
+        )
+    return (
+        f"{where}; window {window_text(summary.x_min, summary.x_max)} {unit}; "
+        "a mean curve is defined where every seed has a value"
+    )
+
+
+def runs_text(summary: Summary) -> list[str]:
+    """variant <- its runs, one line each: the grouping the table used."""
+    return [
+        f"{name} <- {', '.join(c.runs)} ({len(c.runs)} seed{'s' * (len(c.runs) > 1)})"
+        for name, c in summary.curves.items()
+    ]
 
 
 def plot_name(metric: str, axis: str) -> str:
@@ -54,6 +74,7 @@ def summary_frame(summary: Summary) -> pd.DataFrame:
         if row["speedup_note"]:
             row["speedup"] = np.nan
         row["time"] = row["time"] if np.isfinite(row["time"]) else np.nan
+        row["runs"] = ";".join(summary.curves[row["variant"]].runs)
         rows.append(row)
     meta = {
         "metric": summary.metric,
@@ -64,7 +85,13 @@ def summary_frame(summary: Summary) -> pd.DataFrame:
         "threshold_frac": summary.rule.threshold,
         "reference": summary.rule.reference,
         "time_read": summary.rule.time_read,
+        "grid_step": summary.grid_step,
+        "x_unit": x_unit(summary.x_label),
+        "x_min": summary.x_min,
+        "x_max": summary.x_max,
         "rule_description": summary.rule.describe(),
+        "grid": grid_text(summary),
+        "warnings": " | ".join(summary.warnings),
         "n_boot": summary.n_boot,
         "tests": TESTS_TEXT.format(n_boot=summary.n_boot, seed=summary.seed),
     }
@@ -119,8 +146,12 @@ def to_markdown(summary: Summary) -> str:
         f"- rule: {summary.rule.describe()}",
         f"- threshold: {summary.threshold:.4f} ({summary.rule.threshold:g} x the peak of "
         f"baseline '{summary.baseline}')",
-        f"- grid: {GRID_TEXT}",
+        f"- time read: {summary.rule.time_read}",
+        f"- grid: {grid_text(summary)}",
         f"- tests: {TESTS_TEXT.format(n_boot=summary.n_boot, seed=summary.seed)}",
+        "- runs (variant <- runs):",
+        *[f"  - {line}" for line in runs_text(summary)],
+        *[f"- warning: {w}" for w in summary.warnings],
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

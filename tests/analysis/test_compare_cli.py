@@ -45,11 +45,11 @@ def test_cli_subprocess_end_to_end(tmp_path):
     sweep = write_sweep(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pods.compare", str(sweep), "--n-boot", "200"]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "| max_variance-n64-m16 | 2 |" in res.stdout
     assert "2.00x [2.00, 2.00]" in res.stdout and "rule: paper" in res.stdout
-    out = sweep / "compare"  # the default --out
+    (out,) = tmp_path.glob("compare-*")  # the default --out: a new folder under the cwd
     for name in (
         "summary.md",
         "summary.csv",
@@ -82,9 +82,9 @@ def test_cli_rules_move_the_headline(tmp_path, capsys):
     assert "rule: paper+threshold=1.0" in capsys.readouterr().out
 
 
-def test_cli_async_evals_grid_vs_at_or_before(tmp_path):
+def test_cli_async_evals_nearest_vs_at_or_before(tmp_path):
     # evals land 2 s (baseline) and 1 s (variant) after their checkpoint, like the
-    # H100 runs: the paper's grid read says 2.0x, at-or-before says less
+    # H100 runs: the paper's nearest read says 2.0x, at-or-before says less
     sweep = write_sweep(tmp_path, lag_base=2.0, lag_fast=1.0)
     common = [str(sweep), "--n-boot", "0", "--grid-step", "25"]
     cases = [([], 2.0), (["--time-read", "at-or-before"], 125 / 75), (["--rule", "strict"], 1.25)]
@@ -127,9 +127,9 @@ def test_cli_wandb_csv(tmp_path):
     csv.write_text("\n".join(",".join(map(str, r)) for r in [cols, *rows]) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pods.compare", str(csv), "--n-boot", "100", "--rule", "strict"]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    out = tmp_path / "compare"
+    (out,) = tmp_path.glob("compare-*")
     assert speedups(out) == {"GRPO": 1.0, "PODS": 2.0}
     assert (out / "accuracy_vs_time.png").exists() and not (out / "accuracy_vs_step.png").exists()
     assert "rule: strict" in (out / "summary.md").read_text()
@@ -144,3 +144,143 @@ def test_cli_mixes_run_dirs_and_csv(tmp_path):
     main([str(tmp_path / "runs"), str(csv), "--out", str(out), "--n-boot", "0"])
     assert speedups(out) == {"grpo": 1.0, "pods": 2.0}
     assert sorted(p.name for p in out.glob("*.png")) == ["accuracy_vs_time.png"]  # CSV has no step
+
+
+def write_csv(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+EXPORT = "eval/time,a-s1 - _step,a-s1 - acc,a-s1 - acc__MIN,b-s1 - _step,b-s1 - acc\n0,0,0.1,0.1,0,0.2\n60,1,0.5,0.5,1,0.6\n"
+BAD_INPUTS = [  # (name, files to write, extra args, what the one line must say)
+    ("missing file", {}, ["nope.csv"], "nope.csv: no such file or directory"),
+    ("empty file", {"e.csv": ""}, ["e.csv"], "e.csv is empty"),
+    ("header only", {"h.csv": "eval/time,a-s1 - acc\n"}, ["h.csv"], "has a header but no rows"),
+    ("unknown metric", {"x.csv": EXPORT}, ["x.csv", "--metric", "loss"], "choose --metric from: _step, acc"),
+    (
+        "two metrics",
+        {"x.csv": EXPORT.replace("b-s1 - _step", "b-s1 - loss")},
+        ["x.csv"],
+        "choose --metric from: acc, loss",
+    ),
+    ("only _step", {"s.csv": "Step,a-s1 - _step\n0,0\n"}, ["s.csv"], "no metric to compare (only _step)"),
+    ("unknown baseline", {"x.csv": EXPORT}, ["x.csv", "--baseline", "c"], "choose --baseline from: a, b"),
+    ("no baseline named", {"x.csv": EXPORT}, ["x.csv"], "which variant is the baseline?"),
+    (
+        "bad x column",
+        {"x.csv": EXPORT},
+        ["x.csv", "--x-col", "t", "--baseline", "a"],
+        "choose --x-col from: eval/time",
+    ),
+    ("no runs", {"n.csv": "t,u\n0,1\n"}, ["n.csv"], "no '<run> - <metric>' columns"),
+    (
+        "empty window",
+        {"x.csv": EXPORT},
+        ["x.csv", "--baseline", "a", "--x-min", "100"],
+        "no checkpoint in the window [100, inf]",
+    ),
+    (
+        "reversed window",
+        {"x.csv": EXPORT},
+        ["x.csv", "--baseline", "a", "--x-min", "9", "--x-max", "1"],
+        "--x-min 9 is after --x-max 1",
+    ),
+    ("nan window", {"x.csv": EXPORT}, ["x.csv", "--baseline", "a", "--x-max", "nan"], "not nan"),
+    (
+        "zero grid step",
+        {"x.csv": EXPORT},
+        ["x.csv", "--baseline", "a", "--grid-step", "0"],
+        "give a positive number of units of the x column 'eval/time'",
+    ),
+    (
+        "grid step in minutes",
+        {"x.csv": EXPORT},
+        ["x.csv", "--baseline", "a", "--grid-step", "2"],
+        "--grid-step 2 is in units of the x column 'eval/time', but evals are about 60 apart",
+    ),
+    ("unknown time read", {"x.csv": EXPORT}, ["x.csv", "--time-read", "grid"], "invalid choice: 'grid'"),
+    (
+        "bad name pattern",
+        {"x.csv": EXPORT},
+        ["x.csv", "--name-pattern", "run(\\d+)"],
+        "needs a (?P<seed>...) group",
+    ),
+    (
+        "two seeds in a name",
+        {"d.csv": "t,a-s1-s2 - acc\n0,1\n"},
+        ["d.csv"],
+        "has 2 seed tokens ('-s1', '-s2')",
+    ),
+    (
+        "not a table",
+        {"j.json": '{"step_10": 0.5}'},
+        ["j.json"],
+        "convert it to a long table with run, x, value",
+    ),
+    (
+        "unknown file kind",
+        {"r.txt": "hi"},
+        ["r.txt"],
+        "expected a run dir, a sweep dir, a .csv, .jsonl or .json file",
+    ),
+    ("dir without runs", {"sub/a.txt": "x"}, ["sub"], "no run dir (with metrics.jsonl) in"),
+    (
+        "run dir metric",
+        {},
+        ["sweep", "--metric", "eval/pass"],
+        "logged 'eval/pass'; choose --metric from: eval/accuracy",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,files,args,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_cli_refuses_bad_inputs_in_one_line(tmp_path, monkeypatch, capsys, name, files, args, message):
+    monkeypatch.chdir(tmp_path)
+    write_sweep(tmp_path / "sweep")
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_csv(tmp_path / rel, text)
+    assert main([*args, "--n-boot", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m pods.compare: error: "), err
+    assert message in err, err
+    assert not list(tmp_path.glob("compare-*"))  # nothing written
+
+
+def test_cli_refusal_has_no_traceback(tmp_path):
+    csv = write_csv(tmp_path / "x.csv", EXPORT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "pods.compare", str(csv), "--n-boot", "0"]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (
+        "python -m pods.compare: error: which variant is the baseline? none is named none* or *grpo*; "
+        "choose --baseline from: a, b"
+    )
+    assert (
+        "--grid-step"
+        in subprocess.run(
+            [sys.executable, "-m", "pods.compare", "--help"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+
+
+def test_cli_one_seed_warning_and_variant_runs(tmp_path, capsys):
+    csv = write_csv(tmp_path / "x.csv", EXPORT.replace("a-s1", "grpo-s1").replace("b-s1", "pods_seed3"))
+    assert main([str(csv), "--out", str(tmp_path / "o"), "--n-boot", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "- runs (variant <- runs):\n  - grpo <- grpo-s1 (1 seed)\n  - pods <- pods_seed3 (1 seed)" in out
+    assert "- warning: variant 'grpo' has one seed (run 'grpo-s1')" in out
+    table = pd.read_csv(tmp_path / "o" / "summary.csv")
+    assert table.warnings.iat[0].count("has one seed") == 2
+    assert table.grid.iat[0].startswith("the union of every eval's x (no --grid-step)")
+
+
+def test_help_states_the_grid_step_unit(capsys):
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--grid-step GRID_STEP checkpoint spacing, in the unit of the x column: seconds" in text

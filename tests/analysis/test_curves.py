@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from pods.analysis.curves import (
+    DEFAULT_NAME_PATTERN,
+    CompareError,
     axis_for_column,
     build_curves,
     find_run_dirs,
@@ -17,6 +19,7 @@ from pods.analysis.curves import (
     sample_run,
     summarize,
 )
+from pods.analysis.load import load_file
 
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 at t=100
 FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 at t=50, 0.8 at t=75
@@ -43,6 +46,28 @@ def test_parse_run_name():
     assert parse_run_name("max_variance-n64-m16-s3") == ("max_variance-n64-m16", "3")
     assert parse_run_name("grpo_baseline") == ("grpo_baseline", "0")  # its own variant
     assert parse_run_name("seed7_pods", r"seed(?P<seed>\d+)_") == ("pods", "7")
+
+
+@pytest.mark.parametrize(
+    "name,variant,seed",
+    [
+        ("GRPO-s25-p8-n128-m32-ga4", "GRPO-p8-n128-m32-ga4", "25"),  # the seed in the middle
+        ("seed7_pods-n64", "pods-n64", "7"),  # at the start
+        ("pods_seed3", "pods", "3"),
+        ("grpo-seed-2-n16", "grpo-n16", "2"),
+        ("PODS S04 8xH100", "PODS 8xH100", "4"),  # spaces, upper case, leading zero
+        ("dynamic_sampling-n16-m16", "dynamic_sampling-n16-m16", "0"),  # "_sampling" is no seed
+        ("grpo-steps100-s1", "grpo-steps100", "1"),
+    ],
+)
+def test_parse_run_name_finds_the_seed_anywhere(name, variant, seed):
+    assert parse_run_name(name) == (variant, seed)
+
+
+def test_parse_run_name_refuses_two_seeds_and_takes_a_variant_group():
+    with pytest.raises(CompareError, match="2 seed tokens"):
+        parse_run_name("grpo-s1-s2")
+    assert parse_run_name("x1-grpo", r"x(?P<seed>\d+)-(?P<variant>.+)") == ("grpo", "1")
 
 
 def test_load_runs_finds_nested_runs_and_skips_train_lines(tmp_path):
@@ -88,10 +113,10 @@ def test_load_runs_without_run_info_torn_line_and_resume(tmp_path):
 
 
 def test_load_runs_errors(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CompareError, match="no run dir"):
         load_runs(tmp_path)
     write_run(tmp_path / "r", "v", 1, BASE)
-    with pytest.raises(ValueError, match="eval/pass_at_5"):
+    with pytest.raises(CompareError, match="'eval/pass_at_5'; choose --metric from: eval/accuracy, eval/n"):
         load_runs(tmp_path, metric="eval/pass_at_5")
 
 
@@ -102,17 +127,28 @@ def test_make_grid():
 
 def test_sample_run_three_time_reads():
     # asynchronous evals around a 25 s checkpoint grid
+    # (reach = half a grid step: the eval at 1.5 stands for the t=0 checkpoint)
     x, y, grid = np.array([1.5, 26, 49, 77]), np.array([0.1, 0.2, 0.3, 0.4]), make_grid(77.0, 25)
-    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before"), [np.nan, 0.1, 0.3, 0.3])
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 12.5), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before", 12.5), [np.nan, 0.1, 0.3, 0.3])
     interp = [0.1, 0.1 + 0.1 * 23.5 / 24.5, 0.3 + 0.1 / 28, 0.3 + 0.1 * 26 / 28]
-    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate"), interp)
+    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate", 12.5), interp)
+    # on the union grid (no step) a run has values from its first to its last eval only
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.2, 0.3, 0.4])
 
 
-def test_sample_run_carries_forward_inside_span_only():
+def test_sample_run_nearest_ties_and_reach():
     grid = np.array([0.0, 10, 20, 30, 40])
     x, y = np.array([10.0, 30]), np.array([0.5, 0.7])
-    np.testing.assert_allclose(sample_run(x, y, grid, "grid"), [np.nan, 0.5, 0.5, 0.7, np.nan])
+    # union grid: t=20 is 10 from both evals, the earlier one wins; nothing outside [10, 30]
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.5, 0.5, 0.7, np.nan])
+    # checkpoints every 10: reach 5, so t=20 (10 from any eval) and t=0, 40 get no value
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 5.0), [np.nan, 0.5, np.nan, 0.7, np.nan])
+    # reach 10 (a step of 20 around these checkpoints): t=0 and t=40 read the end evals
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 10.0), [0.5, 0.5, 0.5, 0.7, 0.7])
+    # exactly half-way between two evals, at distance == reach: counts, earlier eval wins
+    x2, y2 = np.array([9.0, 11.0]), np.array([0.1, 0.9])
+    np.testing.assert_allclose(sample_run(x2, y2, np.array([10.0]), "nearest", 1.0), [0.1])
 
 
 def test_build_curves_shorter_run_ends_the_mean_curve(tmp_path):
@@ -135,7 +171,7 @@ def test_summarize_runs_paper_vs_strict(tmp_path):
     assert summarize(df, rule="strict", n_boot=0).rows[1]["speedup"] == pytest.approx(100 / 75)
     by_step = summarize(df, x="step", n_boot=0)
     assert (by_step.rows[0]["time"], by_step.rows[1]["time"]) == (40.0, 20.0)
-    with pytest.raises(KeyError, match="train_time"):
+    with pytest.raises(CompareError, match="train_time"):
         summarize(df, x="tokens")
 
 
@@ -163,8 +199,8 @@ def test_load_wandb_csv(tmp_path):
     assert s2.train_time.tolist() == [0, 60, 100] and s2.value.tolist() == [0.2, 0.6, 0.8]
     assert sorted(df.variant.unique()) == ["grpo", "pods-n64"]
     summary = summarize(df, n_boot=0)
-    # grid = union {0, 50, 60, 100}; grpo-s2 carries 0.2 to t=50: mean curve never
-    # reaches 0.792 before t=100, pods reaches it at t=50
+    # grid = union {0, 50, 60, 100}; grpo-s2 reads its nearest eval at t=50 (t=60, 0.6):
+    # the mean curve (0.6 at t=50) never reaches 0.792 before t=100, pods reaches it at t=50
     assert (summary.rows[0]["time"], summary.rows[1]["time"]) == (100.0, 50.0)
     assert summary.x_label == "eval/time"
 
@@ -179,3 +215,44 @@ def test_load_wandb_csv_metric_and_x_col(tmp_path):
     assert df.groupby("variant").value.count().to_dict() == {"a": 2, "b": 1}
     assert axis_for_column("train/global_step") == "step"
     assert axis_for_column("rollouts") == "rollouts" and axis_for_column("eval/time") == "train_time"
+
+
+def test_load_long_table_csv_jsonl_and_json(tmp_path):
+    # run, x, value; a metric column with two metrics; variant + seed instead of run
+    (tmp_path / "long.csv").write_text(
+        "run,x,metric,value\ngrpo-s1,0,acc,0.2\ngrpo-s1,60,acc,0.5\ngrpo-s1,60,loss,3\npods-s1,0,acc,0.3\n"
+    )
+    with pytest.raises(CompareError, match="choose --metric from: acc, loss"):
+        load_file(tmp_path / "long.csv", None, None, DEFAULT_NAME_PATTERN)
+    df = load_file(tmp_path / "long.csv", "acc", None, DEFAULT_NAME_PATTERN)
+    assert df.attrs == {"metric": "acc", "x_labels": {"train_time": "x"}}
+    assert df[["run", "variant", "seed", "train_time", "value"]].values.tolist() == [
+        ["grpo-s1", "grpo", "1", 0.0, 0.2],
+        ["grpo-s1", "grpo", "1", 60.0, 0.5],
+        ["pods-s1", "pods", "1", 0.0, 0.3],
+    ]
+    lines = [{"variant": "pods", "seed": 2, "step": 10 * k, "value": v} for k, v in enumerate([0.1, 0.4])]
+    (tmp_path / "long.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    df = load_file(tmp_path / "long.jsonl", None, None, DEFAULT_NAME_PATTERN)
+    assert df.run.unique().tolist() == ["pods-s2"] and df.step.tolist() == [0.0, 10.0]
+    (tmp_path / "long.json").write_text(json.dumps(lines))
+    assert load_file(tmp_path / "long.json", None, None, DEFAULT_NAME_PATTERN).value.tolist() == [0.1, 0.4]
+
+
+def test_readme_conversion_of_per_checkpoint_json(tmp_path, monkeypatch):
+    # one JSON file per run, one entry per checkpoint, as the README's snippet expects
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    for run, accs in {"grpo-s1": [0.2, 0.6], "pods-s1": [0.2, 0.7]}.items():
+        entries = [{"checkpoint": f"step_{k}", "time_s": 120 * k, "accuracy": a} for k, a in enumerate(accs)]
+        (evals / f"{run}.json").write_text(json.dumps(entries))
+    monkeypatch.chdir(tmp_path)
+    # -- the README's conversion --
+    with open("evals.jsonl", "w") as f:
+        for path in sorted(Path("evals").glob("*.json")):  # evals/GRPO-s1.json, evals/PODS-s1.json, ...
+            for entry in json.loads(path.read_text()):
+                row = {"run": path.stem, "x": entry["time_s"], "value": entry["accuracy"]}
+                f.write(json.dumps(row) + "\n")
+    # --
+    df = load_file(tmp_path / "evals.jsonl", None, None, DEFAULT_NAME_PATTERN)
+    assert sorted(df.variant.unique()) == ["grpo", "pods"] and len(df) == 4

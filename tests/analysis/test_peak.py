@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from pods.analysis.errors import CompareError
 from pods.analysis.peak import (
     RULES,
     Curves,
@@ -76,17 +77,17 @@ def test_speedup_handles_never_reached():
 
 
 def test_rule_presets_and_overrides():
-    assert RULES["paper"] == Rule(0.99, "mean", "grid", "paper")
+    assert RULES["paper"] == Rule(0.99, "mean", "nearest", "paper")
     strict = make_rule("strict")
     assert (strict.threshold, strict.reference, strict.time_read) == (1.0, "mean", "at-or-before")
     custom = make_rule("paper", threshold=1.0)
     assert custom.threshold == 1.0 and custom.name == "paper+threshold=1.0"
     assert make_rule("paper", threshold=0.99) is RULES["paper"]  # no change, same name
     assert "1 x the baseline's mean-curve peak" in strict.describe()
-    with pytest.raises(KeyError, match="paper"):
+    with pytest.raises(CompareError, match="paper"):
         make_rule("papr")
-    with pytest.raises(ValueError, match="interpolate"):
-        Rule(time_read="nearest")
+    with pytest.raises(CompareError, match="nearest, at-or-before, interpolate|interpolate"):
+        Rule(time_read="grid")  # the old snap-and-carry read is gone: nearest replaced it
 
 
 def test_rule_threshold_mean_vs_per_seed():
@@ -145,7 +146,11 @@ def test_spread_and_single_seed():
 def test_pick_baseline():
     assert pick_baseline(["max_variance-n64-m16", "none-n16-m16"]) == "none-n16-m16"
     assert pick_baseline(["pods", "GRPO-n16"]) == "GRPO-n16"
-    assert pick_baseline(["b", "a"]) == "b"
+    assert pick_baseline(["only"]) == "only"
+    with pytest.raises(CompareError, match="none is named.*choose --baseline from: b, a"):
+        pick_baseline(["b", "a"])
+    with pytest.raises(CompareError, match="several could be.*grpo, none-n16"):
+        pick_baseline(["grpo", "none-n16", "pods"])
 
 
 def test_summarize_paper_strict_and_interpolate():
@@ -193,7 +198,7 @@ def test_bootstrap_distribution_matches_hand_count():
 
 
 def test_unknown_baseline_lists_variants():
-    with pytest.raises(KeyError, match="pods"):
+    with pytest.raises(CompareError, match="'grpo' is not a variant; choose --baseline from: pods"):
         summarize_curves({"pods": curves(FAST)}, make_rule(), baseline="grpo")
 
 
