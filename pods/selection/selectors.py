@@ -26,7 +26,9 @@ def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> N
         raise ValueError(f"selector {name!r}: m must be an int, got {m!r}")
     n = rewards.shape[1]
     if m < min_m or m > n:
-        raise ValueError(f"selector {name!r}: m={m} must satisfy {min_m} <= m <= n={n} (selector.m, selector.n)")
+        raise ValueError(
+            f"selector {name!r}: m={m} must satisfy {min_m} <= m <= n={n} (selector.m, selector.n)"
+        )
     if rewards.is_floating_point() and rewards.numel() and not torch.isfinite(rewards).all():
         bad = (~torch.isfinite(rewards)).nonzero()[0].tolist()
         raise ValueError(
