@@ -151,7 +151,9 @@ def render_batches(rows, args, label: str) -> str:
     lines = [
         f"## {label}",
         "",
-        f"`python scripts/fuzz_rewards.py --batch --timeout_s {args.timeout_s}` on {platform.processor() or platform.machine()}, "
+        f"`python scripts/fuzz_rewards.py --batch --timeout_s {args.timeout_s}"
+        + (f" --batch_timeout_s {args.batch_timeout_s}" if args.batch_timeout_s is not None else "")
+        + f"` on {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}.",
         "",
         "| batch | completions | seconds | timeouts |",
@@ -171,10 +173,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch", action="store_true", help="time whole batches of slow completions instead")
     ap.add_argument("--label", default="this checkout", help="--batch: heading of the table")
+    ap.add_argument("--batch_timeout_s", type=float, default=None, help="--batch: reward.batch_timeout_s")
     args = ap.parse_args()
     if args.batch:
         cfg = SimpleNamespace(name="batch", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=args.timeout_s,
                               max_chars=4096, max_answer_chars=256)  # fmt: skip
+        if args.batch_timeout_s is not None:
+            cfg.batch_timeout_s = args.batch_timeout_s
         reward = build_reward(cfg)
         text = render_batches(time_batches(reward), args, args.label)
         reward.close()

@@ -115,7 +115,10 @@ def test_empty_file_is_a_clear_error(tmp_path, data):
         (b'{"question": "q", "answer": null}', "no answer"),
         (b'{"question": "  ", "answer": "1"}', "empty question"),
         (b'{"question": "1+1?", "answer": "2"}', "duplicate question"),
-        (b'{"question": " 1+1?\\n", "answer": "3"}', "duplicate question"),  # surrounding space does not count
+        (
+            b'{"question": " 1+1?\\n", "answer": "3"}',
+            "duplicate question",
+        ),  # surrounding space does not count
     ],
 )
 def test_bad_lines_are_skipped_and_counted_or_refused(tmp_path, line, reason):

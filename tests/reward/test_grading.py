@@ -231,12 +231,7 @@ def test_grading_off_the_main_thread_is_bounded(grader, monkeypatch):
 
 
 def _wait_for_spare(grader: Grader) -> None:
-    deadline = time.monotonic() + 60
-    while not all(w.ready and not w.dead for w in grader._pool._workers) and time.monotonic() < deadline:
-        for w in [w for w in grader._pool._workers if w.dead]:
-            grader._pool._replace(w)
-        grader._pool._pump(min(deadline, time.monotonic() + 0.5))
-    assert all(w.ready for w in grader._pool._workers)
+    assert grader.wait_ready(60)
 
 
 def test_worker_that_cannot_start_raises_a_clear_error(monkeypatch):
