@@ -71,6 +71,10 @@ class RewardConfig:
     max_chars: int = 4096  # completions are cut to their last max_chars characters before grading
     max_answer_chars: int = 256  # longer extracted answers score 0 without parsing
     boxed: bool = True  # with no <answer> tag, grade the last \boxed{...}
+    rel_tol: float = 0.0  # extra relative tolerance when a side is a decimal; ints/fractions stay exact
+    round_to_reference: bool = True  # a decimal gold answer (3.14) is matched at the places it states
+    workers: int = 0  # math-verify worker processes per rank; 0: min(4, CPUs per local rank), at least 2
+    batch_timeout_s: float = 30.0  # bound on grading one batch; what is left counts as timeouts; 0: none
 
 
 @dataclass

@@ -138,6 +138,7 @@ class Trainer:
                 continue
             prompts.append(p)
             answers.append(ex.answer)
+        report.kept = len(prompts)  # run_info.json's data.kept counts what is left after this filter too
         too_long = {k: v for k, v in report.bad.items() if k.startswith("prompt longer")}
         if too_long and self.cfg.dataset.on_bad_rows == "error":
             raise DataError(

@@ -227,9 +227,7 @@ class StepClock:
 def wait_for_grader(trainer) -> None:
     """pods' reward grader boots a spare math-verify worker in the background (~1 s of CPU); on a 2-core
     machine it would slow the first timed steps 2x. A start-up cost, not a per-step one: wait it out."""
-    spare = getattr(getattr(trainer.reward_fn.grader, "_sandbox", None), "_spare", None)  # private: may move
-    if spare is not None:
-        spare.wait_ready(time.monotonic() + 120)
+    trainer.reward_fn.grader.wait_ready(120)
 
 
 def run_pods(cfg, device: str) -> dict:

@@ -7,6 +7,11 @@ the default deadlines, and with the worker's own alarm off, so that every slow i
 parent killing the worker (the path that covers C code no signal reaches). Writes results/reward_fuzz.md.
 
     python scripts/fuzz_rewards.py --n 20000 --timeout_s 1.0
+    python scripts/fuzz_rewards.py --batch   # one reward call on 64 completions that each hit the limit
+
+`--batch` times whole batches the way the trainer calls the reward (one call per generation round):
+64 distinct power towers, the same tower 64 times, and 512 completions (8 x 64) of which 64 are towers.
+Writes results/reward_batch.md.
 """
 
 from __future__ import annotations
@@ -121,6 +126,43 @@ def render(runs: dict[str, dict], args: argparse.Namespace, pwned: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tower(i: int) -> str:
+    return f"<answer>10^{{10^{{10^{{{10 + i}}}}}}}</answer>"
+
+
+def time_batches(reward) -> list[tuple[str, int, float, int]]:
+    """(case, completions, seconds, timeouts) for each batch, through one reward call per batch."""
+    honest = [(f"<think>ok</think><answer>{g}</answer>", g) for g in GOLDS]
+    mixed = [(tower(i), "5") for i in range(64)] + [honest[i % len(honest)] for i in range(448)]
+    cases = {
+        "64 distinct towers": [(tower(i), "5") for i in range(64)],
+        "64 copies of one tower": [(tower(0), "5")] * 64,
+        "512 = 8 x 64 rollouts, 64 of them distinct towers": mixed,
+    }
+    rows = []
+    for name, pairs in cases.items():
+        t0 = time.perf_counter()
+        out = reward([c for c, _ in pairs], [g for _, g in pairs])
+        rows.append((name, len(pairs), time.perf_counter() - t0, out.n_timeouts))
+    return rows
+
+
+def render_batches(rows, args, label: str) -> str:
+    lines = [
+        f"## {label}",
+        "",
+        f"`python scripts/fuzz_rewards.py --batch --timeout_s {args.timeout_s}"
+        + (f" --batch_timeout_s {args.batch_timeout_s}" if args.batch_timeout_s is not None else "")
+        + f"` on {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}.",
+        "",
+        "| batch | completions | seconds | timeouts |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {n} | {k} | {s:.1f} | {t} |" for n, k, s, t in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     from pods.reward import build_reward
 
@@ -128,8 +170,26 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--timeout_s", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="results/reward_fuzz.md")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--batch", action="store_true", help="time whole batches of slow completions instead")
+    ap.add_argument("--label", default="this checkout", help="--batch: heading of the table")
+    ap.add_argument("--batch_timeout_s", type=float, default=None, help="--batch: reward.batch_timeout_s")
     args = ap.parse_args()
+    if args.batch:
+        cfg = SimpleNamespace(name="batch", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=args.timeout_s,
+                              max_chars=4096, max_answer_chars=256)  # fmt: skip
+        if args.batch_timeout_s is not None:
+            cfg.batch_timeout_s = args.batch_timeout_s
+        reward = build_reward(cfg)
+        text = render_batches(time_batches(reward), args, args.label)
+        reward.close()
+        out = Path(args.out or "results/reward_batch.md")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as f:
+            f.write(text + "\n")
+        print(text)
+        return
+    args.out = args.out or "results/reward_fuzz.md"
     marker = Path(tempfile.mkdtemp()) / "pwned"
     corpus = adversarial_corpus(args.n, args.seed, str(marker))
     cfg = SimpleNamespace(name="fuzz", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=args.timeout_s,

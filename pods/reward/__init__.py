@@ -1,20 +1,24 @@
 """Reward stage: `build_reward(cfg)(completions, answers) -> RewardOutput`.
 
 Reward functions live in a registry (`@register_reward("name")`), and a config weighs them by name.
-Grading is bounded in time per completion and never runs model text; see grading.py.
+Grading is bounded in time per answer and per batch, runs in a pool of worker processes, and never runs
+model text; see grading.py. Plain numbers are compared exactly; numbers.py states the rule.
 """
 
 from pods.reward import functions  # noqa: F401  (registers accuracy and format)
-from pods.reward.grading import Grader, extract_answer, parse_number
+from pods.reward.grading import Grader, extract_answer
+from pods.reward.numbers import Number, numbers_equal, parse_number
 from pods.reward.registry import REWARDS, Reward, RewardOutput, build_reward, register_reward
 
 __all__ = [
     "REWARDS",
     "Grader",
+    "Number",
     "Reward",
     "RewardOutput",
     "build_reward",
     "extract_answer",
+    "numbers_equal",
     "parse_number",
     "register_reward",
 ]

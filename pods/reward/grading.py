@@ -1,38 +1,38 @@
-"""Answer grading that untrusted model text cannot hang, crash or exploit.
+"""Answer grading that untrusted model text cannot hang, crash or exploit, for a whole batch at once.
 
-Plain numbers are compared here, in a few microseconds. Anything else goes to math-verify in a worker
-process (`python grading.py`, stdlib + math_verify only) that the parent kills at the deadline: sympy
-can sit in C code (10^{10^{10}}, 1000000!) where no signal reaches it, so only a process boundary gives
-a hard bound, in any thread. Only math-verify's LaTeX parser (ANTLR) is used; its plain-expression
-parser calls sympy's parse_expr, i.e. eval, and is never enabled.
+Plain numbers are compared exactly in this process (numbers.py), in microseconds. Anything else goes to
+math-verify in a pool of worker processes (worker.py, stdlib + math_verify only) that the parent kills at
+the deadline: sympy can sit in C code (10^{10^{10}}, 1000000!) where no signal reaches it, so only a
+process boundary gives a hard bound, in any thread.
+
+A batch (`Grader.score_batch`) is graded with three bounds:
+- each (answer, gold) pair once: repeats within the batch share one verdict (n rollouts often agree);
+- each pair at most timeout_s after a worker took it (the worker's own alarm fires at soft_fraction of it);
+- the whole batch at most batch_timeout_s; pairs still queued or running then count as timeouts.
+Workers run side by side (workers=0 picks min(4, CPUs per local rank), at least 2, so a killed worker's
+replacement boots while the others go on).
 """
 
 from __future__ import annotations
 
-import functools
+import collections
+import contextlib
 import json
 import os
-import re
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-REL_TOL = 1e-9  # decimals within this relative distance are equal; integers must be equal
-MAX_DIGITS = 64  # longer numerals are not plain numbers (and go to math-verify, or score 0)
-WORKER_MEM_BYTES = 4 << 30  # address-space cap of the worker: memory bombs raise MemoryError there
+from pods.reward.numbers import Number, numbers_equal, parse_number
+
+__all__ = ["Grader", "Pool", "extract_answer", "parse_number"]
+
 START_TIMEOUT_S = 120.0
-# Compared once at start-up: sympy imports much of itself lazily, and a fresh worker's first symbolic
-# comparison would otherwise take ~0.4 s of someone's timeout.
-WARMUP = [("1+x^2", "560"), ("(1,2)", "[1,2]"), ("\\{1,2\\}", "\\{2,1\\}"), ("2\\pi", "6.28"), ("x=5", "5"),
-          ("x \\in [0,1]", "[0,1]"), ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "(1,2)"), ("\\text{yes}", "yes")]  # fmt: skip
-
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[-+]?\.\d+")
+WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
 def extract_answer(text: str, boxed: bool = True) -> str | None:
@@ -64,135 +64,214 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def parse_number(s: str) -> Fraction | int | None:
-    """A plain number ('1,000', '-4', '2.50', '$5', '12%') as an int or Fraction, else None.
-
-    $ and % are units and are dropped, so '12%' equals '12' (not 0.12).
-
-    >>> parse_number("$1,000"), parse_number("-0.5"), parse_number("1/2")
-    (1000, Fraction(-1, 2), None)
-    """
-    s = s.strip()
-    if len(s) > 2 * MAX_DIGITS:
-        return None
-    if len(s) > 2 and s[0] == s[-1] == "$":
-        s = s[1:-1].strip()  # inline math $...$
-    s = s.replace("\\$", "$").replace("\\%", "%").replace("{,}", ",")
-    s = s.removesuffix("%").strip()
-    if s[:1] in "+-" and s[1:2] == "$":
-        s = s[0] + s[2:]
-    s = s.removeprefix("$").strip()
-    if not _NUMBER.fullmatch(s) or sum(c.isdigit() for c in s) > MAX_DIGITS:
-        return None
-    s = s.replace(",", "")
-    return int(s) if "." not in s else Fraction(s)
-
-
-def numbers_match(a: Fraction | int, b: Fraction | int) -> bool:
-    """Exact for two integers, else equal up to REL_TOL."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return abs(a - b) <= REL_TOL * max(1, abs(a), abs(b))
+def default_workers() -> int:
+    """min(4, CPUs per local rank), at least 2: torchrun's LOCAL_WORLD_SIZE ranks share the host's CPUs."""
+    per_rank = (os.cpu_count() or 2) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(2, min(4, per_rank))
 
 
 @dataclass
 class Grader:
-    """Scores completions against gold answers; counts timeouts and errors instead of raising.
+    """Scores completions against gold answers; counts timeouts and errors (per completion) instead of raising.
 
-    Holds one Sandbox (two worker processes), started on first need or by `start()`.
+    Holds one Pool of worker processes, started on first need or by `start()`.
     """
 
-    timeout_s: float = 1.0
+    timeout_s: float = 1.0  # per (answer, gold) pair, from when a worker takes it
     max_chars: int = 4096
     max_answer_chars: int = 256
     boxed: bool = True
     soft_fraction: float | None = 0.8  # the worker stops itself at this share of timeout_s; None: only kills
+    rel_tol: float = 0.0  # extra relative tolerance when a side is a decimal (numbers.py); 0: none
+    round_to_reference: bool = True  # a decimal gold answer is matched at the places it states
+    workers: int = 0  # math-verify processes; 0: default_workers()
+    batch_timeout_s: float | None = 30.0  # bound on one score_batch call; None or 0: no bound
     n_timeouts: int = 0
     n_errors: int = 0
-    _sandbox: Sandbox | None = field(default=None, init=False, repr=False)
+    _pool: Pool | None = field(default=None, init=False, repr=False)
 
     def start(self) -> Grader:
-        if self._sandbox is None:
-            self._sandbox = Sandbox()
+        if self._pool is None:
+            self._pool = Pool(self.workers or default_workers())
         return self
 
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> bool:
+        """Start the pool and wait until every worker has booted (benchmarks: keep start-up out of timings)."""
+        return self.start()._pool.wait_ready(time.monotonic() + timeout_s)
 
     def score(self, completion: str, gold: str) -> float:
         """1.0 if the completion's answer equals `gold`, else 0.0. Never raises."""
+        return self.score_batch([completion], [gold])[0]
+
+    def score_batch(self, completions: list, golds: list) -> list[float]:
+        """One 0/1 score per completion. Never raises; n_timeouts / n_errors count completions."""
+        verdicts = [self._local(c, g) for c, g in zip(completions, golds, strict=True)]
+        pending: dict[tuple[str, str], list[int]] = {}
+        for i, v in enumerate(verdicts):
+            if isinstance(v, tuple):
+                pending.setdefault(v, []).append(i)  # identical pairs are graded once
+        if pending:  # pairs most completions share go first: a batch cut short then loses the fewest
+            pending = dict(sorted(pending.items(), key=lambda kv: -len(kv[1])))
+            try:
+                got = self.start()._pool.verify_many(
+                    list(pending), self.timeout_s, self.soft_fraction, self.batch_timeout_s or None
+                )
+            except Exception:
+                got = ["error"] * len(pending)
+            for idx, v in zip(pending.values(), got, strict=True):
+                for i in idx:
+                    verdicts[i] = v
+        self.n_timeouts += sum(v == "timeout" for v in verdicts)
+        self.n_errors += sum(v == "error" for v in verdicts)
+        return [1.0 if v == "true" else 0.0 for v in verdicts]
+
+    def _local(self, completion, gold) -> str | tuple[str, str]:
+        """A verdict decided here, or the (answer, gold) pair a worker must decide."""
         try:
-            verdict = self._verdict(completion, gold)
+            if not isinstance(completion, str) or not isinstance(gold, str):
+                return "error"
+            pred = extract_answer(completion[-self.max_chars :], self.boxed)
+            if not pred or len(pred) > self.max_answer_chars:
+                return "false"
+            if len(gold) > 16 * self.max_answer_chars:
+                return "error"  # a gold answer this long is a data problem; show it in n_errors
+            a, b = parse_number(pred), parse_number(gold)
+            if a is not None and b is not None:
+                return "true" if numbers_match(a, b, self.rel_tol, self.round_to_reference) else "false"
+            return (pred, gold)
         except Exception:
-            verdict = "error"
-        self.n_timeouts += verdict == "timeout"
-        self.n_errors += verdict == "error"
-        return 1.0 if verdict == "true" else 0.0
-
-    def _verdict(self, completion: str, gold: str) -> str:
-        if not isinstance(completion, str) or not isinstance(gold, str):
             return "error"
-        pred = extract_answer(completion[-self.max_chars :], self.boxed)
-        if not pred or len(pred) > self.max_answer_chars:
-            return "false"
-        if len(gold) > 16 * self.max_answer_chars:
-            return "error"  # a gold answer this long is a data problem; show it in n_errors
-        a, b = parse_number(pred), parse_number(gold)
-        if a is not None and b is not None:
-            return "true" if numbers_match(a, b) else "false"
-        return self.start()._sandbox.verify(pred, gold, self.timeout_s, self.soft_fraction)
 
 
-class Sandbox:
-    """A math-verify worker process with a hard deadline per call, and a warm spare for after a kill.
+def numbers_match(pred: Number, gold: Number, rel_tol: float = 0.0, round_to_reference: bool = True) -> bool:
+    """See numbers.py: exact values; a decimal gold answer is matched at the places it states."""
+    return numbers_equal(pred, gold, rel_tol, round_to_reference)
 
-    Thread-safe; calls are serialised. `verify` returns 'true', 'false', 'timeout' or 'error'.
+
+class Pool:
+    """math-verify worker processes with a hard deadline per job and per batch. Thread-safe; one batch at
+    a time. `verify_many` returns 'true', 'false', 'timeout' or 'error' per job.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"reward.workers = {size}; it must be >= 1 (0 picks a default)")
+        self.size = size
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen] = []  # every process started, for the finaliser
         self._finalizer = weakref.finalize(self, _kill_all, self._procs, os.getpid())
-        self._live = self._spawn()
-        try:
-            ok = self._live.wait_ready(time.monotonic() + START_TIMEOUT_S)
-        except EOFError:
-            ok = False
-        if not ok:
+        self._workers = [self._spawn() for _ in range(size)]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not any(w.ready for w in self._workers) and time.monotonic() < deadline:
+            if all(w.dead for w in self._workers) or not self._pump(deadline, starting_only=True):
+                break
+        if not any(w.ready for w in self._workers):
             self.close()
             raise RuntimeError(
                 f"the math-verify worker did not start within {START_TIMEOUT_S:.0f} s; "
                 f"check that `{sys.executable} -c 'import math_verify'` works"
             )
-        self._spare = self._spawn()  # boots in the background (~2 s) while the live one works
 
     def _spawn(self) -> _Worker:
         w = _Worker()
         self._procs[:] = [p for p in self._procs if p.poll() is None] + [w.proc]
         return w
 
-    def verify(self, pred: str, gold: str, timeout_s: float, soft_fraction: float | None) -> str:
-        with self._lock:
-            deadline = time.monotonic() + timeout_s
-            soft_s = None if soft_fraction is None else soft_fraction * timeout_s
-            job = {"pred": pred, "gold": gold, "soft_s": soft_s}
-            try:
-                if not self._live.wait_ready(deadline):
-                    return "timeout"  # still starting after a kill (both workers were used up)
-                reply = self._live.ask(job, deadline)
-            except EOFError:  # it died: a crash counts as an error
-                self._replace()
-                return "error"
-            if reply is None:  # past the deadline: kill it, the spare takes over
-                self._replace()
-                return "timeout"
-            return reply
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self._workers[self._workers.index(w)] = self._spawn()
 
-    def _replace(self) -> None:
-        self._live.kill()
-        self._live, self._spare = self._spare, self._spawn()
+    def _pump(self, deadline: float, starting_only: bool = False) -> bool:
+        """Wait until a worker has output or `deadline`; read it. False if nothing came."""
+        live = [w for w in self._workers if not w.dead and (w.busy or not w.ready)]
+        left = deadline - time.monotonic()
+        if not live or left <= 0:
+            if left > 0:
+                time.sleep(min(left, 0.01))
+            return False
+        fds = {w.fd: w for w in live}
+        readable = select.select(list(fds), [], [], left)[0]
+        for fd in readable:
+            fds[fd].read_available()
+        return bool(readable)
+
+    def wait_ready(self, deadline: float) -> bool:
+        """Replace dead workers and wait until all are ready or `deadline`; True if all are ready."""
+        with self._lock:
+            while time.monotonic() < deadline:
+                for w in [w for w in self._workers if w.dead]:
+                    self._replace(w)
+                if all(w.ready for w in self._workers):
+                    return True
+                self._pump(min(deadline, time.monotonic() + 0.5))
+            return all(w.ready and not w.dead for w in self._workers)
+
+    def verify_many(
+        self,
+        jobs: list[tuple[str, str]],
+        timeout_s: float,
+        soft_fraction: float | None,
+        batch_s: float | None,
+    ) -> list[str]:
+        with self._lock:
+            return self._run(jobs, timeout_s, soft_fraction, batch_s)
+
+    def _run(self, jobs, timeout_s, soft_fraction, batch_s) -> list[str]:
+        now = time.monotonic()
+        batch_deadline = now + batch_s if batch_s else float("inf")
+        soft_s = None if soft_fraction is None else soft_fraction * timeout_s
+        out: list[str | None] = [None] * len(jobs)
+        queue = collections.deque(range(len(jobs)))
+        starved_since = None  # jobs wait, and no worker is ready: the head job times out after timeout_s
+        while queue or any(w.busy for w in self._workers):
+            for w in list(self._workers):  # collect replies, deaths and overruns
+                while w.busy and w.replies:
+                    i = w.job
+                    out[i] = w.take_reply()
+                if w.dead:
+                    if w.busy:
+                        out[w.job] = "error"  # it crashed on this job
+                    self._replace(w)
+                    continue
+                if w.busy and time.monotonic() >= w.deadline:
+                    out[w.job] = "timeout"
+                    self._replace(w)
+            for w in self._workers:  # hand out work
+                if queue and w.ready and not w.busy and not w.dead:
+                    i = queue.popleft()
+                    pred, gold = jobs[i]
+                    if not w.send(
+                        i, {"pred": pred, "gold": gold, "soft_s": soft_s}, time.monotonic() + timeout_s
+                    ):
+                        queue.appendleft(i)  # it had died while idle; replaced on the next pass
+            now = time.monotonic()
+            if queue and not any(w.ready and not w.dead for w in self._workers):
+                starved_since = starved_since or now
+                if now - starved_since >= timeout_s:
+                    out[queue.popleft()] = "timeout"
+                    starved_since = now
+            else:
+                starved_since = None
+            if now >= batch_deadline:
+                for w in self._workers:
+                    if w.busy:
+                        out[w.job] = "timeout"
+                        self._replace(w)
+                for i in queue:
+                    out[i] = "timeout"
+                break
+            if not queue and not any(w.busy for w in self._workers):
+                break
+            wake = min([batch_deadline] + [w.deadline for w in self._workers if w.busy])
+            if starved_since is not None:
+                wake = min(wake, starved_since + timeout_s)
+            self._pump(wake)
+        return [v or "error" for v in out]
 
     def close(self) -> None:
         self._finalizer()
@@ -204,118 +283,65 @@ def _kill_all(procs: list[subprocess.Popen], owner: int | None = None) -> None:
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait()
-        p.stdin.close()
-        p.stdout.close()
+        p.wait()  # reaped: no zombies
+        for pipe in (p.stdin, p.stdout):
+            with contextlib.suppress(OSError):  # unflushed bytes to a dead reader
+                pipe.close()
 
 
 class _Worker:
-    """Parent side of one worker: JSON lines over pipes, read with select() against a deadline."""
+    """Parent side of one worker: JSON lines over pipes, read without blocking after select()."""
 
     def __init__(self) -> None:
         code = "import runpy, sys; sys.path.pop(0); runpy.run_path(sys.argv[1], run_name='__main__')"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, os.path.abspath(__file__)],
+            [sys.executable, "-c", code, WORKER_FILE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
         )
-        self.ready, self._buf = False, b""
+        self.fd = self.proc.stdout.fileno()
+        self.ready, self.dead, self._buf = False, False, b""
+        self.replies: list[bytes] = []
+        self.job: int | None = None
+        self.deadline = float("inf")
 
-    def wait_ready(self, deadline: float) -> bool:
-        """True once the worker has imported math-verify; False at the deadline; EOFError if it died."""
-        if not self.ready:
-            self.ready = self._read_line(deadline) is not None
-        return self.ready
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
 
-    def ask(self, job: dict, deadline: float) -> str | None:
+    def send(self, job_id: int, job: dict, deadline: float) -> bool:
         try:
             self.proc.stdin.write(json.dumps(job).encode() + b"\n")
             self.proc.stdin.flush()
-        except OSError as e:
-            raise EOFError from e
-        line = self._read_line(deadline)
-        return None if line is None else json.loads(line)
+        except OSError:
+            self.dead = True
+            return False
+        self.job, self.deadline = job_id, deadline
+        return True
 
-    def _read_line(self, deadline: float) -> bytes | None:
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line
+    def read_available(self) -> None:
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            self.dead = True
+            return
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            if not self.ready:
+                self.ready = True  # the first line is 'ready'
+            else:
+                self.replies.append(line)
+
+    def take_reply(self) -> str:
+        line = self.replies.pop(0)
+        self.job, self.deadline = None, float("inf")
+        try:
+            verdict = json.loads(line)
+        except ValueError:
+            return "error"
+        return verdict if verdict in ("true", "false", "timeout", "error") else "error"
 
     def kill(self) -> None:
+        self.dead = True
         _kill_all([self.proc])
-
-
-# ----------------------------------------------------------------------------- worker side
-
-
-class _SoftTimeout(BaseException):
-    """Raised by SIGALRM in the worker; a BaseException so math-verify's `except Exception` lets it pass."""
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise _SoftTimeout
-
-
-@functools.lru_cache(maxsize=4096)  # gold answers repeat n times per prompt
-def _parse(s: str) -> list:
-    from math_verify import LatexExtractionConfig, parse
-
-    if not ("$" in s or "\\boxed" in s or "\\(" in s or "\\[" in s):
-        s = f"${s}$"
-    # LaTeX (ANTLR) only, never ExprExtractionConfig: that one hands text to sympy's parse_expr, i.e. eval
-    return parse(s, [LatexExtractionConfig()], parsing_timeout=None)
-
-
-def _math_verify(pred: str, gold: str) -> bool:
-    from math_verify import verify
-
-    g, p = _parse(gold), _parse(pred)
-    return bool(g and p and verify(g, p, timeout_seconds=None))
-
-
-def _answer(job: dict) -> str:
-    if job["soft_s"] is not None:
-        signal.setitimer(signal.ITIMER_REAL, max(job["soft_s"], 1e-3))
-    try:
-        return "true" if _math_verify(job["pred"], job["gold"]) else "false"
-    except _SoftTimeout:
-        return "timeout"
-    except Exception:  # RecursionError, MemoryError, anything sympy throws
-        return "error"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def serve() -> None:
-    """Worker main loop: one JSON job per line on stdin, one JSON verdict per line on stdout."""
-    import logging
-    import resource
-
-    out = os.fdopen(os.dup(1), "w")  # replies go here; stray prints from libraries go to /dev/null
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    for pred, gold in WARMUP:
-        _math_verify(pred, gold)
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEM_BYTES, WORKER_MEM_BYTES))
-    signal.signal(signal.SIGALRM, _on_alarm)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # ANTLR and sympy warnings are noise from here on
-    print("ready", file=out, flush=True)
-    for line in sys.stdin:
-        try:
-            verdict = _answer(json.loads(line))
-        except BaseException:  # a late alarm, or a malformed job
-            verdict = "error"
-        print(json.dumps(verdict), file=out, flush=True)
-
-
-if __name__ == "__main__":
-    serve()

@@ -63,13 +63,18 @@ class Reward:
 
 
 def build_reward(cfg) -> Reward:
-    """Reward from a config with name, weights {fn name: weight}, timeout_s, max_chars, max_answer_chars."""
+    """Reward from a config: name, weights {fn name: weight}, timeout_s, max_chars, max_answer_chars, boxed,
+    rel_tol, round_to_reference, workers, batch_timeout_s (pods.config.RewardConfig says what each means)."""
     weights = _check_weights(dict(cfg.weights))
     grader = Grader(
         timeout_s=_positive(cfg, "timeout_s", 1.0),
         max_chars=int(_positive(cfg, "max_chars", 4096)),
         max_answer_chars=int(_positive(cfg, "max_answer_chars", 256)),
         boxed=bool(getattr(cfg, "boxed", True)),  # fall back to the last \boxed{} without <answer>
+        rel_tol=_at_least_zero(cfg, "rel_tol", 0.0),
+        round_to_reference=bool(getattr(cfg, "round_to_reference", True)),
+        workers=int(_at_least_zero(cfg, "workers", 0)),
+        batch_timeout_s=_at_least_zero(cfg, "batch_timeout_s", 30.0) or None,
     )
     return Reward(str(getattr(cfg, "name", "reward")), weights, grader.start())
 
@@ -92,4 +97,11 @@ def _positive(cfg, key: str, default: float) -> float:
     v = getattr(cfg, key, default)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
         raise ValueError(f"reward.{key} = {v!r}; it must be a finite number > 0 (default {default})")
+    return float(v)
+
+
+def _at_least_zero(cfg, key: str, default: float) -> float:
+    v = getattr(cfg, key, default)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"reward.{key} = {v!r}; it must be a finite number >= 0 (default {default})")
     return float(v)

@@ -10,6 +10,33 @@ SELECTORS: Registry = Registry("selector")
 register_selector = SELECTORS.register
 
 
+def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
+    """Refuse inputs no selector can answer sensibly, with a message instead of a raw IndexError.
+
+    rewards must be a (P, n) floating tensor of finite values (NaN sorts and compares arbitrarily, so a NaN
+    row would be 'selected' silently; the trainer replaces non-finite rewards before this point), and
+    min_m <= m <= n must hold.
+    """
+    if not isinstance(rewards, torch.Tensor) or rewards.dim() != 2:
+        shape = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+        raise ValueError(f"selector {name!r}: rewards must be a (P, n) tensor, got {shape}")
+    if rewards.is_complex():
+        raise ValueError(f"selector {name!r}: rewards must be real numbers, got dtype {rewards.dtype}")
+    if isinstance(m, bool) or not isinstance(m, int):
+        raise ValueError(f"selector {name!r}: m must be an int, got {m!r}")
+    n = rewards.shape[1]
+    if m < min_m or m > n:
+        raise ValueError(
+            f"selector {name!r}: m={m} must satisfy {min_m} <= m <= n={n} (selector.m, selector.n)"
+        )
+    if rewards.is_floating_point() and rewards.numel() and not torch.isfinite(rewards).all():
+        bad = (~torch.isfinite(rewards)).nonzero()[0].tolist()
+        raise ValueError(
+            f"selector {name!r}: rewards hold NaN or inf (first at row {bad[0]}, column {bad[1]}); "
+            "replace them before selection (the trainer scores them as 0 and counts reward/nonfinite)"
+        )
+
+
 def _sorted_positions_to_indices(order: torch.Tensor, keep_sorted: torch.Tensor, m: int) -> torch.Tensor:
     """Map a (P, n) boolean mask over sorted positions to (P, m) ascending original indices."""
     pos = torch.argsort((~keep_sorted).to(torch.int8), dim=1, stable=True)[:, :m]  # True positions first
@@ -24,18 +51,27 @@ def max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | Non
     (moving any kept value outwards never lowers the variance). Prefix sums score all m + 1 candidates in
     O(n) after the O(n log n) sort; all rows at once. Ties go to the smallest i, and the stable sort keeps
     equal rewards in index order, so the result is deterministic.
+
+    Numerics: each row is shifted by its minimum before the sums, so a common offset (rewards of 1e10 +
+    U(0, 1)) cannot swamp the variance in E[x^2] - E[x]^2; the score is then the centred form
+    (sum2 - sum1^2 / m) / m on values in [0, range]. Candidates within a relative 64 eps of the best
+    count as ties (rounding cannot tell them apart), so ties still go to the smallest i.
     """
+    check_rewards(rewards, m, "max_variance")
     P, n = rewards.shape
     r = rewards.detach().to(torch.float64)
     s, order = torch.sort(r, dim=1, stable=True)  # (P, n) ascending
+    s = s - s[:, :1]  # values in [0, range]: an offset common to the row is gone
     zero = torch.zeros(P, 1, dtype=s.dtype, device=s.device)
     c1 = torch.cat([zero, s.cumsum(1)], 1)  # (P, n+1): c1[:, k] = sum of the k smallest
     c2 = torch.cat([zero, (s * s).cumsum(1)], 1)
     i = torch.arange(m + 1, device=s.device)  # number taken from the top
     sum1 = c1[:, m - i] + c1[:, n:] - c1[:, n - i]  # (P, m+1)
     sum2 = c2[:, m - i] + c2[:, n:] - c2[:, n - i]
-    var = sum2 / m - (sum1 / m) ** 2
-    best = var.argmax(dim=1, keepdim=True)  # (P, 1), first maximum = smallest i
+    var = (sum2 - sum1 * sum1 / m).clamp_min(0) / m  # (P, m+1)
+    span = s[:, -1:] ** 2  # (P, 1): every candidate's variance is <= range^2 / 4
+    tol = 64 * torch.finfo(torch.float64).eps * n * span
+    best = (var >= var.max(dim=1, keepdim=True).values - tol).to(torch.int8).argmax(dim=1, keepdim=True)
     j = torch.arange(n, device=s.device).unsqueeze(0)
     keep_sorted = (j < m - best) | (j >= n - best)  # bottom m-i and top i sorted positions
     return _sorted_positions_to_indices(order, keep_sorted, m)
@@ -44,13 +80,18 @@ def max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | Non
 @register_selector("max_reward")
 def max_reward(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Keep the m highest rewards (ties: lower index first). The paper's ablation: it collapses."""
+    check_rewards(rewards, m, "max_reward")
     order = torch.argsort(-rewards.detach().to(torch.float64), dim=1, stable=True)
     return order[:, :m].sort(dim=1).values
 
 
 @register_selector("random")
 def random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Keep m rollouts uniformly at random per row, from the run's seeded generator."""
+    """Keep m rollouts uniformly at random per row, from the run's seeded generator.
+
+    The rewards are not used, but they are checked like every selector's: bad input is a bug upstream.
+    """
+    check_rewards(rewards, m, "random")
     P, n = rewards.shape
     noise = torch.rand(P, n, generator=generator, device="cpu")
     return noise.argsort(dim=1)[:, :m].sort(dim=1).values.to(rewards.device)
@@ -59,6 +100,8 @@ def random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = No
 @register_selector("none")
 def keep_all(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Vanilla GRPO: train on every rollout (requires m == n)."""
+    n_or_m = rewards.shape[1] if isinstance(rewards, torch.Tensor) and rewards.dim() == 2 else m
+    check_rewards(rewards, n_or_m, "none", min_m=1)  # shape and finiteness; m == n is checked below
     P, n = rewards.shape
     if m != n:
         raise ValueError(f"selector 'none' keeps all n={n} rollouts but m={m}; pick a down-sampler")
@@ -68,8 +111,15 @@ def keep_all(rewards: torch.Tensor, m: int, generator: torch.Generator | None = 
 def downsample(
     name: str, rewards: torch.Tensor, m: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Run the selector `name` and check its contract (shape, range, distinct indices)."""
-    keep = SELECTORS.get_or_raise(name, "selector.downsample")(rewards, m, generator)
+    """Run the selector `name` and check its contract (shape, range, distinct indices).
+
+    Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
+    non-finite or too-small batch.
+    """
+    fn = SELECTORS.get_or_raise(name, "selector.downsample")
+    if name != "none":
+        check_rewards(rewards, m, name)
+    keep = fn(rewards, m, generator)
     P, n = rewards.shape
     if keep.shape != (P, m):
         raise ValueError(f"selector {name!r} returned shape {tuple(keep.shape)}, expected {(P, m)}")

@@ -82,3 +82,118 @@ def test_sampler_epochs_and_exact_resume():
     s2 = PromptSampler(5, seed=3)
     s2.load_state_dict(state)
     assert s2.next(6) == tail
+
+
+def write_bytes(path, data: bytes):
+    path.write_bytes(data)
+    return str(path)
+
+
+GOOD = b'{"question": "1+1?", "answer": "2"}\n'
+
+
+@pytest.mark.parametrize("data", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
+def test_empty_file_is_a_clear_error(tmp_path, data):
+    path = write_bytes(tmp_path / "d.jsonl", data)
+    with pytest.raises(DataError, match=r"dataset.task=.*d.jsonl.*empty"):
+        load_examples(dcfg(task=path), "train")
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b'{"question": "q", "answer": ', "malformed JSON"),
+        (b'["q", "a"]', "not a JSON object"),
+        (b"42", "not a JSON object"),
+        (b'{"question": "q"}', "no 'answer' field"),
+        (b'{"answer": "a"}', "no 'question' field"),
+        (b'{"question": 7, "answer": "a"}', "question is not a string"),
+        (b'{"question": ["q"], "answer": "a"}', "question is not a string"),
+        (b'{"question": "q", "answer": {"v": 1}}', "answer is not a string or a number"),
+        (b'{"question": "q", "answer": true}', "answer is not a string or a number"),
+        (b'{"question": "q", "answer": null}', "no answer"),
+        (b'{"question": "  ", "answer": "1"}', "empty question"),
+        (b'{"question": "1+1?", "answer": "2"}', "duplicate question"),
+        (
+            b'{"question": " 1+1?\\n", "answer": "3"}',
+            "duplicate question",
+        ),  # surrounding space does not count
+    ],
+)
+def test_bad_lines_are_skipped_and_counted_or_refused(tmp_path, line, reason):
+    path = write_bytes(tmp_path / "d.jsonl", GOOD + line + b"\n" + b'{"question": "2+2?", "answer": 4}\n')
+    ex, rep = load_examples(dcfg(task=path, train_size=0), "train")
+    assert [(e.question, e.answer) for e in ex] == [("1+1?", "2"), ("2+2?", "4")]
+    assert rep.rows == 3 and rep.kept == 2 and rep.bad == {reason: 1}
+    assert rep.first_bad[reason].endswith("d.jsonl line 2")
+    with pytest.raises(DataError, match=r"d.jsonl line 2.*dataset.on_bad_rows=error"):
+        load_examples(dcfg(task=path, train_size=0, on_bad_rows="error"), "train")
+
+
+def test_bom_crlf_and_blank_lines_are_fine(tmp_path):
+    data = (
+        b"\xef\xbb\xbf" + GOOD.replace(b"\n", b"\r\n") + b"\n  \n" + b'{"question": "2+2?", "answer": 4.5}\n'
+    )
+    path = write_bytes(tmp_path / "d.jsonl", data)
+    ex, rep = load_examples(dcfg(task=path, train_size=0, on_bad_rows="error"), "train")  # blank: not refused
+    assert [(e.question, e.answer) for e in ex] == [("1+1?", "2"), ("2+2?", "4.5")]
+    assert rep.bad == {"blank line": 2}
+
+
+def test_many_copies_of_one_question_are_dropped_with_a_warning(tmp_path, caplog):
+    rows = [{"question": "same?", "answer": "1"}] * 990 + [
+        {"question": f"q{i}", "answer": "1"} for i in range(10)
+    ]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with caplog.at_level("WARNING", logger="pods"):
+        ex, rep = load_examples(dcfg(task=path, train_size=0), "train")
+    assert rep.rows == 1000 and rep.kept == len(ex) == 11 and rep.bad == {"duplicate question": 989}
+    assert "duplicate question" in caplog.text
+    with pytest.raises(DataError, match="duplicate question"):
+        load_examples(dcfg(task=path, train_size=0, on_bad_rows="error"), "train")
+
+
+def test_eval_file_errors_name_dataset_eval_task(tmp_path):
+    train = write_jsonl(tmp_path / "t.jsonl", [{"question": "1+1?", "answer": "2"}])
+    with pytest.raises(DataError, match=r"dataset.eval_task=.*nope.jsonl.*file not found"):
+        load_examples(dcfg(task=train, eval_task=str(tmp_path / "nope.jsonl")), "eval")
+    empty = write_bytes(tmp_path / "e.jsonl", b"")
+    with pytest.raises(DataError, match=r"dataset.eval_task=.*e.jsonl.*empty"):
+        load_examples(dcfg(task=train, eval_task=empty), "eval")
+    only_train = write_jsonl(tmp_path / "e2.jsonl", [{"question": "1+1?", "answer": "2"}])
+    with pytest.raises(DataError, match=r"dataset.eval_task=.*e2.jsonl.*no usable rows"):
+        load_examples(dcfg(task=train, eval_task=only_train), "eval", exclude={"1+1?"})
+
+
+def test_a_file_of_only_bad_lines_names_the_file(tmp_path):
+    path = write_bytes(tmp_path / "d.jsonl", b"{oops\n\xff\n")
+    with pytest.raises(DataError, match=r"dataset.task=.*d.jsonl.*no usable rows.*line 1"):
+        load_examples(dcfg(task=path), "train")
+
+
+def test_json_array_and_broken_parquet(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([{"question": "1+1?", "answer": "2"}, "x"]))
+    ex, rep = load_examples(dcfg(task=str(path)), "train")
+    assert len(ex) == 1 and rep.bad == {"not a JSON object": 1}
+    bad = write_bytes(tmp_path / "d.parquet", b"not parquet")
+    with pytest.raises(DataError, match=r"dataset.task=.*d.parquet.*parquet"):
+        load_examples(dcfg(task=bad), "train")
+
+
+def test_kept_counts_prompts_left_after_the_length_filter():
+    from types import SimpleNamespace
+
+    from pods.data.tasks import DataReport, Example
+    from pods.trainer import Trainer
+
+    cfg = SimpleNamespace(
+        model=SimpleNamespace(max_prompt_len=3), dataset=SimpleNamespace(on_bad_rows="skip")
+    )
+    tok = lambda text, add_special_tokens=False: {"input_ids": text.split()}  # noqa: E731 - one token a word
+    fake = SimpleNamespace(cfg=cfg, tok=tok)
+    examples = [Example(0, "a b", "1"), Example(1, "a b c d", "2"), Example(2, "a", "3")]
+    report = DataReport(split="train", rows=3, kept=3)
+    prompts, _ = Trainer._length_checked(fake, examples, lambda ex: ex.question, report)
+    assert prompts == ["a b", "a"] and report.kept == 2

@@ -127,3 +127,56 @@ def test_contract_violations_are_caught():
             downsample("test_bad", torch.rand(2, 4), 2)
     finally:
         SELECTORS.pop("test_bad")
+
+
+def test_max_variance_is_optimal_under_a_large_common_offset():
+    """E[x^2] - E[x]^2 lost every digit here: offsets of 1e8..1e10 plus U(0, 1) (issue 13)."""
+    g = torch.Generator().manual_seed(0)
+    wrong = 0
+    for case in range(200):
+        offset = 10 ** (8 + 2 * case / 200)
+        r = offset + torch.rand(1, 8, generator=g, dtype=torch.float64)
+        keep = max_variance(r, 4)
+        centred = r - r.mean()  # the subsets' variances, computed where no digits are lost
+        best = brute_force_best_var(centred[0].tolist(), 4)
+        wrong += achieved_var(centred, keep).item() < best - 1e-12
+    assert wrong == 0
+
+
+def test_max_variance_hand_computed_with_offset():
+    # sorted: 0, 0.25, 0.5, 1 (+1e10); m=2 keeps min and max (var 0.25); m=3: {0, .25, 1} and {0, .5, 1}
+    # have variances 0.1806 and 0.1667, so the bottom two plus the top one win.
+    r = torch.tensor([[1e10 + 0.5, 1e10, 1e10 + 1.0, 1e10 + 0.25]], dtype=torch.float64)
+    assert max_variance(r, 2).tolist() == [[1, 2]]
+    assert max_variance(r, 3).tolist() == [[1, 2, 3]]
+
+
+@pytest.mark.parametrize("name", ["max_variance", "max_reward", "random"])
+@pytest.mark.parametrize(
+    "rewards, m, match",
+    [
+        (torch.tensor([[0.0, float("nan"), 1.0]]), 2, "NaN or inf"),
+        (torch.tensor([[0.0, float("inf"), 1.0]]), 2, "NaN or inf"),
+        (torch.tensor([[0.0, 1.0], [float("-inf"), 1.0]]), 2, r"row 1, column 0"),
+        (torch.rand(2, 4), 5, "m=5"),
+        (torch.rand(2, 4), 1, "m=1"),
+        (torch.rand(2, 4), 0, "m=0"),
+        (torch.rand(4), 2, "tensor"),
+        (torch.rand(2, 3, 4), 2, "tensor"),
+        ([[0.0, 1.0]], 2, "tensor"),
+    ],
+)
+def test_selectors_refuse_bad_input(name, rewards, m, match):
+    with pytest.raises(ValueError, match=match):
+        SELECTORS[name](rewards, m, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=match):
+        downsample(name, rewards, m, torch.Generator().manual_seed(0))
+
+
+def test_none_refuses_non_finite_rewards():
+    with pytest.raises(ValueError, match="NaN or inf"):
+        downsample("none", torch.tensor([[0.0, float("nan")]]), 2)
+
+
+def test_integer_rewards_are_accepted():
+    assert downsample("max_variance", torch.tensor([[0, 1, 1, 0]]), 2).tolist() == [[0, 2]]  # first 0, last 1
