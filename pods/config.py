@@ -198,7 +198,10 @@ class TrainConfig:
 
 
 def register_schema() -> None:
+    from pods.presets import install
+
     ConfigStore.instance().store(name="pods_schema", node=TrainConfig)
+    install()  # +experiment/+scale/+variant/+debug apply in the defaults list's order, not the CLI's
 
 
 # --- cross-field checks -------------------------------------------------------------------------
