@@ -136,12 +136,13 @@ _started = False  # the task function ran: composition succeeded
 def _hydra_main(cfg: DictConfig) -> float | None:
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
+    from pods.tracking import MetricsGapError
 
     global _started
     _started = True
     try:
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, KeyError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)
