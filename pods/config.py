@@ -111,7 +111,7 @@ class HardwareConfig:
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
     )
-    num_threads: int = 0  # torch intra-op CPU threads (0 = torch's default)
+    num_threads: int = 0  # torch intra-op CPU threads (0 = automatic: the free cores, see pods/threads.py)
     vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
 

@@ -34,6 +34,7 @@ from pods.rollout import build_generator
 from pods.rollout.collect import RolloutCollector
 from pods.selection import downsample
 from pods.selection.diagnostics import selection_metrics
+from pods.threads import set_threads
 from pods.timing import PhaseTimer
 from pods.tracking import MetricsGapError, MetricsLogger, check_metrics
 from pods.update import group_advantages
@@ -65,9 +66,8 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
-        if cfg.hardware.num_threads > 0:
-            torch.set_num_threads(cfg.hardware.num_threads)
         self.device = resolve_device(cfg)
+        self.threads = set_threads(cfg.hardware.num_threads, self.device.type)  # 0: the free cores (threads.py)
         self.dist = Dist(cfg, self.device)
         self.resume_plan = self._plan_resume() if cfg.resume else None  # fails here, before the model loads
         self.tok = load_tokenizer(cfg)
@@ -157,6 +157,7 @@ class Trainer:
         info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
         info["data"] = {"train": self.train_report.__dict__, "eval": self.eval_report.__dict__}
         info["world_size"] = self.dist.world
+        info["torch_threads"] = self.threads
         if self.dist.is_main:
             path.write_text(json.dumps(info, indent=2))
         return info
