@@ -16,10 +16,12 @@ not of the command line, decides which value wins.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 # Groups listed in conf/train.yaml as `optional <group>: null`, in merge order.
 PRESET_GROUPS = ("experiment", "scale", "variant", "debug")
 
+CONF = (Path(__file__).resolve().parent.parent / "conf").resolve()
 _installed = False
 
 
@@ -36,6 +38,14 @@ def _as_choice(override):
     return override
 
 
+def _is_pods(repo) -> bool:
+    """Whether Hydra is composing from this package's conf/ (the one with the preset slots)."""
+    try:
+        return any(Path(src.path.split("://", 1)[-1]).resolve() == CONF for src in repo.get_sources())
+    except Exception:  # noqa: BLE001 - an unexpected Hydra internals change: apply the rule anyway
+        return True
+
+
 def install() -> None:
     """Patch Hydra's defaults-list override handling once (idempotent). Used by every entry point that
     composes conf/ (pods.train, pods.config.register_schema, the tests)."""
@@ -47,7 +57,9 @@ def install() -> None:
     original = defaults_list.Overrides.__init__
 
     def __init__(self, repo, overrides_list):
-        original(self, repo, [_as_choice(o) for o in overrides_list])
+        if _is_pods(repo):  # another Hydra app in the same process keeps Hydra's own rules
+            overrides_list = [_as_choice(o) for o in overrides_list]
+        original(self, repo, overrides_list)
 
     defaults_list.Overrides.__init__ = __init__
     _installed = True
