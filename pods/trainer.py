@@ -67,7 +67,9 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
         self.device = resolve_device(cfg)
-        self.threads = set_threads(cfg.hardware.num_threads, self.device.type)  # 0: the free cores (threads.py)
+        self.threads = set_threads(
+            cfg.hardware.num_threads, self.device.type
+        )  # 0: the free cores (threads.py)
         self.dist = Dist(cfg, self.device)
         self.resume_plan = self._plan_resume() if cfg.resume else None  # fails here, before the model loads
         self.tok = load_tokenizer(cfg)
