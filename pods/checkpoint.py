@@ -1,7 +1,12 @@
 """Checkpoints: model (or adapter), optimizer, scheduler, RNG streams, sampler/selector state, counters.
 
-Each checkpoint is written into a temporary directory and renamed into place, then `latest` is
+Each checkpoint is written into a temporary directory, fsynced, and renamed into place, then `latest` is
 replaced atomically: a crash in the middle of a save leaves the previous checkpoint intact and named.
+Re-saving a step never deletes the good copy first: the old directory is renamed aside (.old_step_N),
+the new one renamed in, and only then the old one removed; `latest_checkpoint` finds an .old_ copy if a
+kill landed between the two renames. Pruned checkpoints are renamed to .trash_ before deletion, so a
+half-deleted directory never looks like a checkpoint. Each checkpoint has a small meta.json (step, and
+how many metrics.jsonl lines it covers) so a resume can pick one without loading the optimizer state.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 import torch
 
 LATEST = "latest"
+META = "meta.json"
 
 
 def rng_state() -> dict:
@@ -34,33 +40,49 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(
-    ckpt_root: Path, step: int, model, trainer_state: dict, keep_last: int, model_state: dict | None = None
+    ckpt_root: Path,
+    step: int,
+    model,
+    trainer_state: dict,
+    keep_last: int,
+    model_state: dict | None = None,
+    meta: dict | None = None,
 ) -> Path:
     """Write step_<step>/ atomically. `model_state`: a full state dict to save instead of the model's own
-    (FSDP gathers one, since the module holds only this rank's shard)."""
+    (FSDP gathers one, since the module holds only this rank's shard). `meta`: small facts saved in
+    meta.json beside it (the trainer records how many metrics lines the checkpoint covers)."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}"
+    old = ckpt_root / f".old_step_{step:07d}"
     shutil.rmtree(tmp, ignore_errors=True)
     if model_state is None:
         model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
     else:
         model.save_pretrained(tmp / "model", state_dict=model_state)
+    (tmp / META).write_text(json.dumps({**(meta or {}), "step": step}))
+    # trainer_state.pt is written last: its presence marks a checkpoint complete
     torch.save({**trainer_state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
+    checkpoints(ckpt_root)  # finish a swap a kill interrupted (restores an .old_ copy if it is the only one)
+    _remove(old, ckpt_root)  # what is left of .old_ now is a stale copy beside a complete `final`
+    if final.exists():  # re-saving a step: keep the good copy until the new one is in place
+        os.replace(final, old)
+        _fsync_dir(ckpt_root, files=False)
     os.replace(tmp, final)
     pointer = ckpt_root / f".{LATEST}.tmp"
     pointer.write_text(final.name)
+    with open(pointer, "rb+") as f:
+        os.fsync(f.fileno())
     os.replace(pointer, ckpt_root / LATEST)
-    _fsync_dir(ckpt_root)
+    _fsync_dir(ckpt_root, files=False)
+    _remove(old, ckpt_root)
     _prune(ckpt_root, keep_last)
     return final
 
 
-def _fsync_dir(path: Path) -> None:
-    for p in [*path.rglob("*"), path]:
+def _fsync_dir(path: Path, files: bool = True) -> None:
+    for p in [*path.rglob("*")] if files else []:
         if p.is_file():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
@@ -71,21 +93,59 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _complete(path: Path) -> bool:
+    return (path / "trainer_state.pt").is_file()
+
+
+def _remove(path: Path, ckpt_root: Path) -> None:
+    """Delete a directory so that no kill leaves a half-deleted one under a checkpoint's name."""
+    if not path.exists():
+        return
+    trash = ckpt_root / f".trash_{path.name.lstrip('.')}"
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def _prune(ckpt_root: Path, keep_last: int) -> None:
     done = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
-    for old in done[: max(len(done) - keep_last, 0)]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old in done[: max(len(done) - max(keep_last, 1), 0)]:  # the newest is always kept
+        _remove(old, ckpt_root)
+
+
+def checkpoints(ckpt_root: Path) -> list[Path]:
+    """Complete checkpoints, newest first. A step whose directory is missing but whose .old_ copy is
+    complete (a kill between the two renames of a re-save) is restored first."""
+    if not ckpt_root.is_dir():
+        return []
+    for old in ckpt_root.glob(".old_step_*"):
+        final = ckpt_root / old.name[len(".old_") :]
+        if _complete(old) and not _complete(final):
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(old, final)
+    return sorted((p for p in ckpt_root.glob("step_*") if _complete(p)), reverse=True)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
     """The newest complete checkpoint, or None. Falls back to scanning if the pointer is stale."""
+    done = checkpoints(ckpt_root)
     pointer = ckpt_root / LATEST
     if pointer.exists():
         cand = ckpt_root / pointer.read_text().strip()
-        if (cand / "trainer_state.pt").exists():
+        if cand in done:
             return cand
-    done = sorted(p for p in ckpt_root.glob("step_*") if (p / "trainer_state.pt").exists())
-    return done[-1] if done else None
+    return done[0] if done else None
+
+
+def read_meta(ckpt: Path) -> dict:
+    """meta.json of a checkpoint ({"step", "metrics_lines", ...}); older checkpoints have only their step."""
+    path = ckpt / META
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    return {"step": int(load_trainer_state(ckpt)["step"])}
 
 
 def load_weights(model, ckpt: Path, lora: bool) -> None:

@@ -116,7 +116,7 @@ class HardwareConfig:
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
     )
-    num_threads: int = 0  # torch intra-op CPU threads (0 = torch's default)
+    num_threads: int = 0  # torch intra-op CPU threads (0 = automatic: the free cores, see pods/threads.py)
     vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
 
@@ -205,7 +205,10 @@ class TrainConfig:
 
 
 def register_schema() -> None:
+    from pods.presets import install
+
     ConfigStore.instance().store(name="pods_schema", node=TrainConfig)
+    install()  # +experiment/+scale/+variant/+debug apply in the defaults list's order, not the CLI's
 
 
 # --- cross-field checks -------------------------------------------------------------------------
@@ -216,16 +219,42 @@ def _choice(key: str, value: Any, allowed: list[str]) -> None:
         raise ConfigError(f"{key}={value!r} is not valid; allowed values: {', '.join(map(str, allowed))}")
 
 
-def _positive(key: str, value: float, allow_zero: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} must be a finite number")
+    return value
+
+
+def _positive(key: str, value: float, allow_zero: bool = False, note: str = "") -> None:
+    ok = math.isfinite(_number(key, value)) and (value >= 0 if allow_zero else value > 0)
     if not ok:
-        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'} and finite")
+        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'} and finite{note}")
+
+
+def _at_least(key: str, value: int, low: int, note: str = "") -> None:
+    if _number(key, value) < low:
+        raise ConfigError(f"{key}={value!r} must be >= {low}{note}")
+
+
+def _interval(key: str, value: float, lo: float, hi: float, closed: str = "[]", note: str = "") -> None:
+    """value in the interval; `closed` says which ends are included: "[]", "[)", "(]" or "()"."""
+    _number(key, value)
+    ok = (value >= lo if closed[0] == "[" else value > lo) and (
+        value <= hi if closed[1] == "]" else value < hi
+    )
+    if not ok:
+        raise ConfigError(f"{key}={value!r} must be in {closed[0]}{lo:g}, {hi:g}{closed[1]}{note}")
 
 
 def validate(cfg: Any) -> None:
-    """Check choices and relations between fields; raise ConfigError naming the key and the fix."""
+    """Check every field's range and choices and the relations between fields; raise ConfigError with one
+    line naming the key, the bad value and what is allowed. Runs before anything heavy loads."""
     from pods.filter import PREFILTERS
     from pods.selection import SELECTORS
+
+    _at_least("seed", cfg.seed, 0, " (numpy seeds are non-negative)")
+    _at_least("max_steps", cfg.max_steps, 1)
+    _positive("max_train_time", cfg.max_train_time, allow_zero=True, note=" (0 = no time limit)")
 
     s = cfg.selector
     if s.n < 2:
@@ -242,67 +271,138 @@ def validate(cfg: Any) -> None:
             f"selector.m={s.m} != selector.n={s.n} needs a down-sampler; set selector.downsample"
         )
     g = s.greso
-    if not 0 < g.p_min <= g.p_init <= g.p_max <= 1:
-        raise ConfigError("selector.greso needs 0 < p_min <= p_init <= p_max <= 1")
-    _positive("selector.greso.oversample", g.oversample)
+    for k in ("p_init", "p_min", "p_max"):
+        _interval(f"selector.greso.{k}", g[k], 0, 1, "(]")
+    if not g.p_min <= g.p_init <= g.p_max:
+        raise ConfigError(
+            f"selector.greso needs p_min <= p_init <= p_max; got p_min={g.p_min}, p_init={g.p_init}, "
+            f"p_max={g.p_max}"
+        )
+    _interval("selector.greso.p_step", g.p_step, 0, 1, "[]", " (the adaptation step per training step)")
+    _interval(
+        "selector.greso.min_keep", g.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)"
+    )
+    _interval("selector.greso.target_zero_var", g.target_zero_var, 0, 1, "[]", " (a fraction of groups)")
+    _interval("selector.greso.easy_share", g.easy_share, 0, 1, "[]", " (a fraction of the target)")
+    _number("selector.greso.oversample", g.oversample)
+    if g.oversample < 1:
+        raise ConfigError(
+            f"selector.greso.oversample={g.oversample!r} must be >= 1 (a factor on the prompts drawn per round)"
+        )
+    _at_least("selector.greso.max_rounds", g.max_rounds, 1, " (generation rounds per step)")
 
-    _choice("hardware.device", cfg.hardware.device, ["auto", "cpu", "cuda"])
-    _choice("hardware.dtype", cfg.hardware.dtype, ["float32", "bfloat16", "float16"])
+    h = cfg.hardware
+    _choice("hardware.device", h.device, ["auto", "cpu", "cuda"])
+    _choice("hardware.dtype", h.dtype, ["float32", "bfloat16", "float16"])
     _choice("model.dtype", cfg.model.dtype, ["auto", "float32", "bfloat16", "float16"])
-    _choice("hardware.distributed", cfg.hardware.distributed, ["none", "ddp", "fsdp"])
-    if cfg.hardware.distributed == "fsdp":
+    _choice("hardware.distributed", h.distributed, ["none", "ddp", "fsdp"])
+    if h.distributed == "fsdp":
         for key, bad in (
-            ("hardware.lora", cfg.hardware.lora),
-            ("hardware.load_in_4bit", cfg.hardware.load_in_4bit),
+            ("hardware.lora", h.lora),
+            ("hardware.load_in_4bit", h.load_in_4bit),
             ("rollout.backend=vllm", cfg.rollout.backend == "vllm"),
         ):
             if bad:
                 raise ConfigError(
                     f"hardware.distributed=fsdp does not support {key} yet; use hardware.distributed=ddp"
                 )
-    _choice(
-        "hardware.attn_implementation",
-        cfg.hardware.attn_implementation,
-        ["sdpa", "eager", "flash_attention_2"],
-    )
-    _positive("hardware.micro_batch_size", cfg.hardware.micro_batch_size)
-    if cfg.hardware.num_threads < 0:
-        raise ConfigError(
-            f"hardware.num_threads={cfg.hardware.num_threads}: must be >= 0 (0 = torch's default)"
-        )
-    _positive("hardware.micro_batch_tokens", cfg.hardware.micro_batch_tokens, allow_zero=True)
-    _choice("rollout.backend", cfg.rollout.backend, ["hf", "vllm"])
-    _choice("rollout.compile", str(cfg.rollout.compile).lower(), ["auto", "true", "false"])
-    _positive("rollout.prompt_bucket", cfg.rollout.prompt_bucket)
-    _positive("rollout.temperature", cfg.rollout.temperature)
-    _positive("rollout.batch_size", cfg.rollout.batch_size)
-    if not 0 < cfg.rollout.top_p <= 1:
-        raise ConfigError(f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]")
-    _choice("dataset.source", cfg.dataset.source, ["reasoning_gym", "hf", "local"])
-    _choice("dataset.on_bad_rows", cfg.dataset.on_bad_rows, ["skip", "error"])
-    _choice("dataset.answer_format", cfg.dataset.answer_format, ["plain", "gsm8k", "boxed"])
-    if "{question}" not in cfg.dataset.template:
-        raise ConfigError(f"dataset.template={cfg.dataset.template!r} must contain '{{question}}'")
-    _choice("logger.backend", cfg.logger.backend, ["wandb", "none"])
-    _choice("logger.mode", cfg.logger.mode, ["auto", "online", "offline", "disabled"])
+    _choice("hardware.attn_implementation", h.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
+    _at_least("hardware.micro_batch_size", h.micro_batch_size, 1)
+    if h.num_threads < 0:
+        raise ConfigError(f"hardware.num_threads={h.num_threads}: must be >= 0 (0 = automatic)")
+    _interval("hardware.vllm_gpu_memory_utilization", h.vllm_gpu_memory_utilization, 0, 1, "(]")
+    _at_least("hardware.micro_batch_tokens", h.micro_batch_tokens, 0, " (0 = rows only)")
+
+    r = cfg.rollout
+    _choice("rollout.backend", r.backend, ["hf", "vllm"])
+    _positive("rollout.temperature", r.temperature, note=" (0 = greedy: all n rollouts would be equal)")
+    _interval("rollout.top_p", r.top_p, 0, 1, "(]")
+    _at_least("rollout.top_k", r.top_k, 0, " (0 = off)")
+    _at_least("rollout.batch_size", r.batch_size, 1)
+    _choice("rollout.compile", str(r.compile).lower(), ["auto", "true", "false"])
+    _at_least("rollout.prompt_bucket", r.prompt_bucket, 1)
+
+    m = cfg.model
+    _at_least("model.max_completion_len", m.max_completion_len, 1)
+    _at_least("model.max_prompt_len", m.max_prompt_len, 1)
+    if h.lora:
+        _at_least("model.lora.r", m.lora.r, 1)
+        _positive("model.lora.alpha", m.lora.alpha)
+        _interval("model.lora.dropout", m.lora.dropout, 0, 1, "[)")
+        if not m.lora.targets:
+            raise ConfigError("model.lora.targets is empty; name the modules to adapt (q_proj, ...)")
+
+    d = cfg.dataset
+    _choice("dataset.source", d.source, ["reasoning_gym", "hf", "local"])
+    _choice("dataset.on_bad_rows", d.on_bad_rows, ["skip", "error"])
+    _choice("dataset.answer_format", d.answer_format, ["plain", "gsm8k", "boxed"])
+    if "{question}" not in d.template:
+        raise ConfigError(f"dataset.template={d.template!r} must contain '{{question}}'")
+    generated = d.source == "reasoning_gym"
+    for key in ("train_size", "eval_size"):
+        note = " (procedural data: how many to generate)" if generated else " (0 = all rows)"
+        _at_least(f"dataset.{key}", d[key], 1 if generated else 0, note)
+    _at_least("dataset.data_seed", d.data_seed, 0)
+
+    _validate_reward(cfg.reward)
+
+    lg = cfg.logger
+    _choice("logger.backend", lg.backend, ["wandb", "none"])
+    _choice("logger.mode", lg.mode, ["auto", "online", "offline", "disabled"])
+    _at_least("logger.log_completions", lg.log_completions, 0)
 
     a, o = cfg.algo, cfg.optim
-    _positive("algo.prompts_per_step", a.prompts_per_step)
-    _positive("algo.epsilon", a.epsilon)
+    _at_least("algo.prompts_per_step", a.prompts_per_step, 1)
+    _interval("algo.epsilon", a.epsilon, 0, 1, "()", " (the PPO clip range: ratios in [1-eps, 1+eps_high])")
+    if a.epsilon_high is not None:
+        _positive("algo.epsilon_high", a.epsilon_high, note=" (upper clip range; null = algo.epsilon)")
     _positive("algo.beta", a.beta, allow_zero=True)
-    _positive("algo.mu", a.mu)
+    _at_least("algo.mu", a.mu, 1)
     _choice("algo.loss_agg", a.loss_agg, ["token", "sequence"])
     _positive("optim.lr", o.lr)
     _positive("optim.weight_decay", o.weight_decay, allow_zero=True)
-    _positive("optim.grad_clip", o.grad_clip, allow_zero=True)
+    _positive("optim.grad_clip", o.grad_clip, allow_zero=True, note=" (0 = off)")
     _choice("optim.schedule", o.schedule, ["constant", "cosine"])
-    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+    if len(o.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in o.betas):
         raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1)")
-    if not 0 <= o.warmup_ratio < 1:
-        raise ConfigError(f"optim.warmup_ratio={o.warmup_ratio} must be in [0, 1)")
-    _positive("max_steps", cfg.max_steps)
-    _positive("max_train_time", cfg.max_train_time, allow_zero=True)
-    _positive("eval.num_samples", cfg.eval.num_samples)
-    _positive("eval.temperature", cfg.eval.temperature, allow_zero=True)
-    _positive("model.max_completion_len", cfg.model.max_completion_len)
-    _positive("model.max_prompt_len", cfg.model.max_prompt_len)
+    _interval("optim.warmup_ratio", o.warmup_ratio, 0, 1, "[)")
+
+    e = cfg.eval
+    _at_least("eval.every_steps", e.every_steps, 0, " (0 = off)")
+    _positive("eval.every_seconds", e.every_seconds, allow_zero=True, note=" (0 = off)")
+    _at_least("eval.num_samples", e.num_samples, 1)
+    _positive("eval.temperature", e.temperature, allow_zero=True, note=" (0 = greedy)")
+    _at_least("eval.batch_size", e.batch_size, 1)
+
+    c = cfg.checkpoint
+    _at_least("checkpoint.every_steps", c.every_steps, 0, " (0 = off)")
+    _positive("checkpoint.every_seconds", c.every_seconds, allow_zero=True, note=" (0 = off)")
+    _at_least("checkpoint.keep_last", c.keep_last, 1, " (the newest checkpoint is always kept)")
+
+
+def _validate_reward(r: Any) -> None:
+    """The checks build_reward makes, here so that they fail before the tokenizer or model loads."""
+    from pods.reward import REWARDS
+
+    weights = dict(r.weights)
+    if not weights:
+        raise ConfigError(f"reward.weights is empty; give at least one of: {', '.join(sorted(REWARDS))}")
+    for name, w in weights.items():
+        if name not in REWARDS:
+            raise ConfigError(
+                f"reward.weights.{name}: {name!r} is not a registered reward; registered: "
+                f"{', '.join(sorted(REWARDS))}"
+            )
+        _number(f"reward.weights.{name}", w)
+        if w < 0:
+            raise ConfigError(
+                f"reward.weights.{name}={w!r} must be >= 0 (reward terms are scores: higher is better)"
+            )
+    if sum(weights.values()) <= 0:
+        raise ConfigError(
+            f"reward.weights={weights} sum to 0: every reward would be 0 and every update skipped; "
+            "give at least one weight > 0"
+        )
+    _positive("reward.timeout_s", r.timeout_s)
+    _at_least("reward.max_chars", r.max_chars, 1)
+    _at_least("reward.max_answer_chars", r.max_answer_chars, 1)

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import re
 from pathlib import Path
 
 log = logging.getLogger("pods")
@@ -50,10 +51,18 @@ class MetricsLogger:
     """Append-only metrics.jsonl plus optional W&B. On resume the file is truncated to the checkpoint's
     step first, so a resumed run continues it without duplicates or gaps."""
 
-    def __init__(self, cfg, run_dir: Path, run_info: dict, resume_step: int | None = None):
+    def __init__(
+        self,
+        cfg,
+        run_dir: Path,
+        run_info: dict,
+        resume_step: int | None = None,
+        covered_lines: int | None = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None:
-            truncate_metrics(self.path, resume_step)
+            truncate_metrics(self.path, resume_step, covered_lines)
+        self.lines = _count_lines(self.path)  # complete lines so far; a checkpoint records how many it covers
         self.wandb = None
         if cfg.logger.backend == "wandb":
             self.wandb = self._init_wandb(cfg, run_dir, run_info)
@@ -87,6 +96,7 @@ class MetricsLogger:
         rec = {k: _clean(v) for k, v in record.items()}
         with open(self.path, "a") as f:  # closed per line: a killed process loses nothing it logged
             f.write(json.dumps(rec) + "\n")
+        self.lines += 1
         if self.wandb is not None:
             try:
                 data = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and k != "kind"}
@@ -106,22 +116,120 @@ class MetricsLogger:
             self.wandb.finish()
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop records after `step` (they were written after the checkpoint a resume starts from).
-    Written to a temp file and renamed, so a crash here loses nothing."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
+class MetricsGapError(ValueError):
+    """metrics.jsonl lacks records that the checkpoint a resume starts from covers: a gap that resuming from
+    this checkpoint would leave for good. `step` is the earliest step affected: a checkpoint before it
+    (step < `step`) recomputes the lost records."""
+
+    def __init__(self, msg: str, step: int):
+        super().__init__(msg)
+        self.step = step
+
+
+_STEP = re.compile(r'"step":\s*(-?\d+)')
+
+
+def check_metrics(path: Path, step: int, covered_lines: int | None = None) -> list[str]:
+    """The lines of metrics.jsonl to keep when resuming from a checkpoint at `step`: records with step <= step,
+    each (kind, step) once. Lines after the checkpoint are dropped (a resume recomputes them), including a
+    line torn by a kill mid-write. A line that does not parse but that the checkpoint covers, or a missing
+    train record of a step <= `step`, is a gap that resuming from this checkpoint would make permanent:
+    raises MetricsGapError naming the file and line. `covered_lines`: how many lines metrics.jsonl had when
+    the checkpoint was saved (its meta.json); without it, a corrupt line is covered if its step (when still
+    readable) is <= `step` or a later record of step <= `step` follows it."""
+    path = Path(path)
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    parsed: list[tuple[int, str, dict | None]] = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by a crash mid-write
-        if rec.get("step", 0) <= step:
-            keep.append(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError:
+            rec = None
+        parsed.append((i, line, rec))
+    keep, seen, problems, corrupt = [], set(), [], []
+    last_covered = max((i for i, _, r in parsed if r is not None and r.get("step", 0) <= step), default=0)
+    prev_step = 0
+    for i, line, rec in parsed:
+        if rec is None:
+            m = _STEP.search(line)
+            at = int(m.group(1)) if m else prev_step  # written after prev_step's records: at least prev_step
+            if covered_lines is not None:
+                covered = i <= covered_lines
+            else:
+                covered = (m is not None and at <= step) or i < last_covered
+            corrupt.append((i, line))
+            if covered and step >= 0:
+                problems.append((i, at, line))
+            else:
+                log.info(
+                    "%s line %d: a record torn after the checkpoint (step %d); resume recomputes it",
+                    path,
+                    i,
+                    step,
+                )
+            continue
+        prev_step = max(prev_step, int(rec.get("step", 0)))
+        if rec.get("step", 0) > step:
+            continue
+        key = (rec.get("kind"), rec.get("step"))
+        if key in seen:
+            log.warning("%s line %d: a second %s record of step %s dropped", path, i, *key)
+            continue
+        seen.add(key)
+        keep.append(line)
+    trained = {s for k, s in seen if k == "train"}
+    missing = [s for s in range(1, step + 1) if s not in trained]
+    if problems or missing:
+        first = min([at for _, at, _ in problems] + missing)
+        shown = corrupt if missing else [(i, line) for i, _, line in problems]  # with a gap, every bad line
+        what = "; ".join(f"line {i} does not parse ({line[:60]!r}...)" for i, line in shown[:3])
+        if missing:
+            runs = _ranges(missing)
+            what += (
+                "; " if what else ""
+            ) + f"no train record for step{'s' if len(missing) > 1 else ''} {runs}"
+        raise MetricsGapError(
+            f"{path}: {what}, at or before the checkpoint at step {step}. Resuming from it would leave a "
+            f"permanent gap. Repair the file, or move it aside and start a new run (another run_dir)",
+            step=max(first, 0),
+        )
+    return keep
+
+
+def _ranges(steps: list[int]) -> str:
+    out, start = [], steps[0]
+    for a, b in zip(steps, [*steps[1:], None]):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out)
+
+
+def truncate_metrics(path: Path, step: int, covered_lines: int | None = None) -> None:
+    """Drop records after `step` (they were written after the checkpoint a resume starts from), a torn last
+    line and duplicates; refuse (MetricsGapError, file untouched) if that would leave a gap at or before
+    `step` (see check_metrics). Written to a temp file and renamed, so a crash here loses nothing."""
+    path = Path(path)
+    if not path.exists() and step <= 0:
+        return
+    keep = check_metrics(path, step, covered_lines)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(x + "\n" for x in keep))
+    with open(tmp, "w") as f:
+        f.write("".join(x + "\n" for x in keep))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _count_lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.endswith(b"\n"))
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pods.config import ConfigError, register_schema, validate
@@ -23,13 +25,32 @@ register_schema()
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
+def check_writable(path: str | Path, key: str) -> None:
+    """Fail with one line if `path` (a directory, created if missing) cannot hold new files. Probes by
+    writing a file, since permission bits say nothing for root or on a read-only mount."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".pods_write_check_"):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"{key}={str(path)!r} is not writable ({e.strerror or type(e).__name__}); choose another "
+            "directory or fix its permissions"
+        ) from None
+
+
 def check_run_dir(cfg) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
-    already saved is overwritten or mixed with a new run's metrics."""
+    already saved is overwritten or mixed with a new run's metrics. The run directory and its
+    checkpoints/ must be writable: checked here, not at the first save."""
     if int(os.environ.get("RANK", "0")) != 0:
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(cfg.run_dir)
     ckpts = run_dir / "checkpoints"
+    check_writable(run_dir, "run_dir")
+    if ckpts.exists():
+        check_writable(ckpts, "run_dir/checkpoints")
     used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
     if not cfg.resume and used:
         raise ConfigError(
@@ -38,11 +59,33 @@ def check_run_dir(cfg) -> None:
         )
 
 
+def check_task_config(cfg) -> None:
+    """A procedural task's settings (dataset.task_kwargs) are checked by reasoning-gym's own config class
+    here, without generating anything: a bad one is one line, not an AssertionError from data loading."""
+    d = cfg.dataset
+    if d.source != "reasoning_gym":
+        return
+    from reasoning_gym.factory import DATASETS
+
+    if d.task not in DATASETS:
+        raise ConfigError(
+            f"dataset.task={d.task!r} is not a reasoning-gym task; e.g. {', '.join(sorted(DATASETS)[:8])}, ..."
+        )
+    config_cls = DATASETS[d.task][1]
+    try:
+        conf = config_cls(size=d.train_size, seed=d.data_seed, **dict(d.task_kwargs))
+        if hasattr(conf, "validate"):
+            conf.validate()
+    except (AssertionError, TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"dataset.task_kwargs={dict(d.task_kwargs)} for task {d.task!r}: {e}") from None
+
+
 def preflight(cfg) -> None:
     """Every check that needs no model weights."""
     from pods.models import check_model_source, resolve_device
 
     validate(cfg)
+    check_task_config(cfg)
     resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(cfg)
     check_model_source(cfg)
@@ -62,14 +105,44 @@ def run(cfg) -> dict:
     return trainer.train()
 
 
+def _fail(msg: str) -> None:
+    log.error("%s", msg)
+    print(f"pods: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+class OutputDirCheck(Callback):
+    """Hydra callback (conf/train.yaml: hydra.callbacks): check hydra.run.dir / hydra.sweep.dir before
+    Hydra creates it, so an unwritable one is one line and exit 2, not a traceback from inside Hydra."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def _check(config: DictConfig, key: str) -> None:
+        try:
+            check_writable(OmegaConf.select(config, key), key)
+        except ConfigError as e:
+            _fail(str(e))
+
+
+_started = False  # the task function ran: composition succeeded
+
+
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
+    from pods.tracking import MetricsGapError
 
+    global _started
+    _started = True
     try:
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, KeyError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)
@@ -78,7 +151,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    _hydra_main()
+    try:
+        _hydra_main()
+    except SystemExit as e:
+        # Hydra reports a config it cannot compose (unknown key, wrong type, unknown group option) and
+        # exits 1; that is a config error like any other: exit 2.
+        if e.code == 1 and not _started:
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import transformers
 from tqdm.auto import tqdm
 
 from pods import checkpoint as ckpt
+from pods.config import ConfigError
 from pods.data import PromptSampler, format_prompt, load_examples
 from pods.data.tasks import DataError
 from pods.distributed import Dist
@@ -40,8 +41,9 @@ from pods.rollout import build_generator
 from pods.rollout.collect import RolloutCollector
 from pods.selection import downsample
 from pods.selection.diagnostics import selection_metrics
+from pods.threads import set_threads
 from pods.timing import PhaseTimer
-from pods.tracking import MetricsLogger
+from pods.tracking import MetricsGapError, MetricsLogger, check_metrics
 from pods.update import group_advantages
 from pods.update.optim import build_optimizer
 from pods.update.step import policy_update
@@ -71,10 +73,12 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
-        if cfg.hardware.num_threads > 0:
-            torch.set_num_threads(cfg.hardware.num_threads)
         self.device = resolve_device(cfg)
+        self.threads = set_threads(
+            cfg.hardware.num_threads, self.device.type
+        )  # 0: the free cores (threads.py)
         self.dist = Dist(cfg, self.device)
+        self.resume_plan = self._plan_resume() if cfg.resume else None  # fails here, before the model loads
         self.tok = load_tokenizer(cfg)
         self.reward_fn = build_reward(cfg.reward)
         self._load_data()
@@ -101,13 +105,18 @@ class Trainer:
             self.dist,
         )
         self.step = 0
+        self.last_eval_step = -1  # the step of the newest eval record (each step is evaluated at most once)
+        self.changes = self.saved_changes = 0  # records logged in all / up to the newest checkpoint
         self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
         self.next_eval = self._first_due(cfg.eval.every_seconds)
         self.next_ckpt = self._first_due(cfg.checkpoint.every_seconds)
         self.run_info = self._run_info()
         resume_step = self._maybe_resume()
+        covered = self.resume_plan.get("metrics_lines") if self.resume_plan else None
         self.logger = (
-            MetricsLogger(cfg, self.run_dir, self.run_info, resume_step) if self.dist.is_main else None
+            MetricsLogger(cfg, self.run_dir, self.run_info, resume_step, covered)
+            if self.dist.is_main
+            else None
         )
 
     # --- setup ----------------------------------------------------------------------------------
@@ -159,6 +168,7 @@ class Trainer:
         info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
         info["data"] = {"train": self.train_report.__dict__, "eval": self.eval_report.__dict__}
         info["world_size"] = self.dist.world
+        info["torch_threads"] = self.threads
         if self.dist.is_main:
             path.write_text(json.dumps(info, indent=2))
         return info
@@ -197,16 +207,82 @@ class Trainer:
                     {**self._trainer_state(optim_state), "per_rank": per_rank},
                     self.cfg.checkpoint.keep_last,
                     model_state=model_state,
+                    meta={"metrics_lines": self.logger.lines, "last_eval_step": self.last_eval_step},
                 )
             self.dist.barrier()
+            self.saved_changes = self.changes
+
+    def _plan_resume(self) -> dict:
+        """Which checkpoint to resume from: rank 0 decides (other ranks could read metrics.jsonl while rank 0
+        rewrites it) and every rank gets its answer. The newest checkpoint whose metrics.jsonl records are
+        complete; if a record it covers is lost (a corrupt line, a missing step), the newest older checkpoint
+        that precedes the loss, so the lost records are recomputed; if none does, refuse."""
+        plan, error = {}, None
+        if self.dist.is_main:
+            try:
+                plan = self._choose_checkpoint()
+            except (MetricsGapError, ConfigError) as e:
+                error = f"{type(e).__name__}: {e}"
+        plan, error = self.dist.all_gather_object((plan, error))[0]
+        if error:
+            kind, msg = error.split(": ", 1)
+            raise (MetricsGapError(msg, 0) if kind == "MetricsGapError" else ConfigError(msg))
+        return plan
+
+    def _choose_checkpoint(self) -> dict:
+        root, metrics = self.run_dir / "checkpoints", self.run_dir / "metrics.jsonl"
+        found = ckpt.checkpoints(root)
+        pointer = ckpt.latest_checkpoint(root)
+        if pointer in found:  # the `latest` pointer first (it is the newest unless a step was re-saved)
+            found.remove(pointer)
+            found.insert(0, pointer)
+        gap: MetricsGapError | None = None
+        for path in found:
+            try:
+                meta = ckpt.read_meta(path)
+            except Exception as e:  # noqa: BLE001 - an unreadable checkpoint: try an older one
+                log.warning(
+                    "checkpoint %s unreadable (%s: %s); trying an older one", path, type(e).__name__, e
+                )
+                continue
+            step = int(meta["step"])
+            if gap is not None and step >= gap.step:
+                continue  # covers the lost records too
+            try:
+                keep = check_metrics(metrics, step, meta.get("metrics_lines"))
+            except MetricsGapError as e:
+                log.warning("resume from %s refused: %s", path.name, e)
+                gap = e if gap is None or e.step < gap.step else gap
+                continue
+            if gap is not None:
+                log.warning(
+                    "resuming from the older %s (step %d) instead, to recompute the lost records",
+                    path.name,
+                    step,
+                )
+            evals = [json.loads(x) for x in keep if '"eval"' in x]
+            last_eval = max((r["step"] for r in evals if r.get("kind") == "eval"), default=-1)
+            return {
+                "path": str(path),
+                "step": step,
+                "metrics_lines": meta.get("metrics_lines"),
+                "last_eval_step": last_eval,
+            }
+        if gap is not None:
+            raise MetricsGapError(
+                f"{gap} No checkpoint older than step {gap.step} is left to recompute it from.", 0
+            )
+        if found:
+            raise ConfigError(f"resume=true: no checkpoint in {root} can be read")
+        return {}
 
     def _maybe_resume(self) -> int | None:
         if not self.cfg.resume:
             return None
-        path = ckpt.latest_checkpoint(self.run_dir / "checkpoints")
-        if path is None:
+        if not self.resume_plan:
             log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
             return -1  # drop any metrics a run killed before its first checkpoint wrote
+        path = Path(self.resume_plan["path"])
         st = ckpt.load_trainer_state(path)
         if self.dist.fsdp:
             self.dist.load_full_state(self.model, self.optimizer, ckpt.read_weights(path), st["optimizer"])
@@ -234,6 +310,7 @@ class Trainer:
                 )
             ckpt.set_rng_state(st["rng"])
         self.step = st["step"]
+        self.last_eval_step = self.resume_plan["last_eval_step"]
         log.info("resumed from %s (step %d, training clock %.1fs)", path, self.step, self.timer.train_clock)
         return self.step
 
@@ -247,7 +324,7 @@ class Trainer:
 
     def train(self) -> dict:
         c = self.cfg
-        if self.step == 0 and c.eval.at_start:
+        if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
             self.evaluate()
         # a run bounded by its training clock shows clock seconds, one bounded by steps shows steps
         by_time = c.max_train_time > 0
@@ -259,7 +336,6 @@ class Trainer:
             dynamic_ncols=True,
             disable=not self.dist.is_main,
         )
-        last_eval = self.step if self.step == 0 and c.eval.at_start else -1
         while not self.done():
             rec = self.train_step()
             bar.update(min(round(self.timer.train_clock), bar.total) - bar.n if by_time else 1)
@@ -270,15 +346,14 @@ class Trainer:
             )
             if self._due(c.eval.every_steps, "next_eval", c.eval.every_seconds):
                 self.evaluate()
-                last_eval = self.step
             if self._due(c.checkpoint.every_steps, "next_ckpt", c.checkpoint.every_seconds):
                 self.save()
         bar.close()
         final = {}
-        if c.eval.at_end and last_eval != self.step:
+        if c.eval.at_end and self.last_eval_step != self.step:  # a resumed finished run: already evaluated
             final = self.evaluate()
-        if c.checkpoint.save_final:
-            self.save()
+        if c.checkpoint.save_final and self.changes != self.saved_changes:
+            self.save()  # not again when nothing happened since the checkpoint this run resumed from
         if self.logger:
             self.logger.finish()
         return final
@@ -377,6 +452,7 @@ class Trainer:
             )
         metrics["timing/eval"] = self.timer.step_times.pop("eval", 0.0)  # not part of the next step's timing
         self._log("eval", metrics)
+        self.last_eval_step = self.step
         for smp in samples:
             log.info(
                 "eval sample | gold=%s correct=%s | %r", smp["gold"], smp["correct"], smp["completion"][:200]
@@ -390,6 +466,7 @@ class Trainer:
         return metrics
 
     def _log(self, kind: str, rec: dict) -> None:
+        self.changes += 1  # on every rank, so all agree whether the final save is needed
         if self.logger is None:  # only rank 0 logs
             return
         self.logger.log(

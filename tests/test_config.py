@@ -80,6 +80,111 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         validate(make_cfg(*override))
 
 
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        # issue 13: accepted silently before
+        (["reward.weights.accuracy=0", "reward.weights.format=0"], "sum to 0"),
+        (
+            ["reward.weights.accuracy=1", "reward.weights.format=-1"],
+            "reward.weights.format=-1.0 must be >= 0",
+        ),
+        (["reward.weights.accuracy=-1"], "reward.weights.accuracy=-1.0 must be >= 0"),
+        (["+reward.weights.lenght=1"], "reward.weights.lenght: 'lenght' is not a registered reward"),
+        (["reward.timeout_s=0"], "reward.timeout_s=0.0 must be > 0"),
+        (["selector=greso", "selector.greso.max_rounds=0"], "selector.greso.max_rounds=0 must be >= 1"),
+        (["selector.greso.min_keep=2"], "selector.greso.min_keep=2.0 must be in [0, 1)"),
+        (["selector.greso.p_step=-0.5"], "selector.greso.p_step=-0.5 must be in [0, 1]"),
+        (["selector.greso.target_zero_var=1.5"], "selector.greso.target_zero_var=1.5 must be in [0, 1]"),
+        (["selector.greso.easy_share=-0.1"], "selector.greso.easy_share=-0.1 must be in [0, 1]"),
+        (["selector.greso.oversample=0.5"], "selector.greso.oversample=0.5 must be >= 1"),
+        (["selector.greso.p_min=0.9", "selector.greso.p_init=0.5"], "p_min <= p_init <= p_max"),
+        (["algo.epsilon_high=-1"], "algo.epsilon_high=-1.0 must be > 0"),
+        (["algo.epsilon=1.5"], "algo.epsilon=1.5 must be in (0, 1)"),
+        (["algo.mu=0"], "algo.mu=0 must be >= 1"),
+        (["eval.every_seconds=-5"], "eval.every_seconds=-5.0 must be >= 0"),
+        (["eval.every_steps=-1"], "eval.every_steps=-1 must be >= 0"),
+        (["checkpoint.every_steps=-1"], "checkpoint.every_steps=-1 must be >= 0"),
+        (["checkpoint.every_seconds=-1"], "checkpoint.every_seconds=-1.0 must be >= 0"),
+        (["checkpoint.keep_last=0"], "checkpoint.keep_last=0 must be >= 1"),
+        # failing late or raw before
+        (["rollout.top_k=-1"], "rollout.top_k=-1 must be >= 0"),
+        (["dataset.train_size=0"], "dataset.train_size=0 must be >= 1"),
+        (["dataset.eval_size=0"], "dataset.eval_size=0 must be >= 1"),
+        # siblings
+        (["rollout.top_p=0"], "rollout.top_p=0.0 must be in (0, 1]"),
+        (["rollout.top_p=1.5"], "rollout.top_p=1.5 must be in (0, 1]"),
+        (["rollout.batch_size=0"], "rollout.batch_size=0 must be >= 1"),
+        (["eval.temperature=-1"], "eval.temperature=-1.0 must be >= 0"),
+        (["eval.num_samples=0"], "eval.num_samples=0 must be >= 1"),
+        (["eval.batch_size=0"], "eval.batch_size=0 must be >= 1"),
+        (["optim.lr=nan"], "optim.lr=nan must be a finite number"),
+        (["optim.lr=0"], "optim.lr=0.0 must be > 0"),
+        (["optim.warmup_ratio=1"], "optim.warmup_ratio=1.0 must be in [0, 1)"),
+        (["optim.betas=[0.9,1.0]"], "optim.betas=[0.9, 1.0] must be two numbers in [0, 1)"),
+        (["max_steps=0"], "max_steps=0 must be >= 1"),
+        (["max_train_time=-1"], "max_train_time=-1.0 must be >= 0"),
+        (["seed=-1"], "seed=-1 must be >= 0"),
+        (["hardware.micro_batch_size=0"], "hardware.micro_batch_size=0 must be >= 1"),
+        (["hardware.vllm_gpu_memory_utilization=1.2"], "must be in (0, 1]"),
+        (["hardware.lora=true", "model.lora.r=0"], "model.lora.r=0 must be >= 1"),
+        (["hardware.lora=true", "model.lora.dropout=1"], "model.lora.dropout=1.0 must be in [0, 1)"),
+        (["model.max_completion_len=0"], "model.max_completion_len=0 must be >= 1"),
+        (["logger.log_completions=-1"], "logger.log_completions=-1 must be >= 0"),
+    ],
+)
+def test_range_checks_name_key_and_range(make_cfg, override, match):
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(*override))
+    assert match in str(e.value)
+    assert "\n" not in str(e.value)  # one line
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (["dataset.task_kwargs.min_terms=-5"], "dataset.task_kwargs="),
+        (["+dataset.task_kwargs.no_such_option=1"], "no_such_option"),
+        (["dataset.task=no_such_task"], "dataset.task='no_such_task' is not a reasoning-gym task"),
+    ],
+)
+def test_task_kwargs_checked_in_preflight(make_cfg, override, match):
+    with pytest.raises(ConfigError, match=match):
+        preflight(make_cfg(*override))
+
+
+def _numeric_leaves(node, prefix=""):
+    for k, v in node.items():
+        if isinstance(v, dict):
+            yield from _numeric_leaves(v, f"{prefix}{k}.")
+        elif (isinstance(v, (int, float)) and not isinstance(v, bool)) or k == "epsilon_high":
+            yield f"{prefix}{k}", v
+
+
+def test_every_numeric_field_has_a_range_check(make_cfg):
+    """A class test: any numeric field set to an absurd value fails validation with its own key named."""
+    base = ["hardware.lora=true", "selector=greso"]  # so lora and greso fields are live
+    keys = dict(_numeric_leaves(OmegaConf.to_container(make_cfg(*base), resolve=True)))
+    keys = {k: v for k, v in keys.items() if not k.startswith(("reward.weights.", "dataset.task_kwargs."))}
+    assert len(keys) > 40
+    unchecked = []
+    for key, v in keys.items():
+        bad = (
+            "-1000"
+            if isinstance(v, int) and not isinstance(v, bool) and key != "algo.epsilon_high"
+            else "nan"
+        )
+        for val in {bad, "-1000.5"} if bad == "nan" else {bad}:
+            try:
+                validate(make_cfg(*base, f"{key}={val}"))
+            except ConfigError as e:
+                if key not in str(e):
+                    unchecked.append((key, val, str(e)))
+            else:
+                unchecked.append((key, val, "accepted"))
+    assert not unchecked, unchecked
+
+
 def test_unknown_key_and_wrong_type_fail_at_compose(make_cfg):
     with pytest.raises(Exception, match="lrr"):
         make_cfg("optim.lrr=1e-3")
@@ -143,3 +248,54 @@ def test_cli_exits_nonzero_with_the_key_in_the_message(tmp_path):
     assert proc.returncode == 2
     assert "selector.m=80 must be between 1 and selector.n=64" in proc.stderr
     assert not (tmp_path / "r" / "metrics.jsonl").exists()  # failed before anything ran
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["rollout.top_k=-1"], "rollout.top_k=-1 must be >= 0"),
+        (["reward.weights.accuracy=0", "reward.weights.format=0"], "sum to 0"),
+        (["hydra.run.dir={file}/run"], "hydra.run.dir='{file}/run' is not writable"),
+        (["optim.lrr=1"], "lrr"),  # Hydra's own compose error: exit 2 as well
+    ],
+)
+def test_cli_config_errors_exit_2_before_the_model_loads(tmp_path, args, match):
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("not a directory")
+    args = [a.format(file=tmp_path / "file") for a in args]
+    if not any(a.startswith("hydra.run.dir") for a in args):
+        args.append(f"hydra.run.dir={tmp_path}/r")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pods.train", *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert match.format(file=tmp_path / "file") in proc.stderr
+    assert "Traceback" not in proc.stderr and "Loading weights" not in proc.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_unwritable_run_dir_fails_in_preflight(make_cfg, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="run_dir=.* is not writable"):
+        preflight(make_cfg(run_dir=tmp_path / "file" / "run"))
+    # a read-only checkpoints/ (root ignores permission bits, so simulate the OS refusing the write)
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    import tempfile
+
+    real = tempfile.NamedTemporaryFile
+
+    def refuse(*a, dir=None, **k):
+        if Path(dir) == ckpts:
+            raise PermissionError(13, "Permission denied")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(ConfigError, match=r"run_dir/checkpoints=.* is not writable \(Permission denied\)"):
+        preflight(make_cfg("resume=true"))

@@ -71,3 +71,23 @@ def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_
     wa = _weights(latest_checkpoint(tmp_path / "full" / "checkpoints") / "model")
     wb = _weights(latest_checkpoint(tmp_path / "part" / "checkpoints") / "model")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_readme_smoke_command_runs(tmp_path):
+    """README's `python -m pods.train +debug=smoke` (the `+` form used to stop with "Multiple values for debug")."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pods.train", "+debug=smoke", "hardware=cpu", f"hydra.run.dir={tmp_path}/r"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = read_metrics(tmp_path / "r" / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["kind"] == "train"] == [1, 2, 3]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 3]

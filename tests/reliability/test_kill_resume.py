@@ -37,6 +37,7 @@ def _cmd(run_dir: Path, *extra: str) -> list[str]:
         *over,
         "max_steps=6",
         "checkpoint.every_steps=1",
+        "eval.every_steps=2",
         "selector=greso_max_variance",
         "selector.n=8",
         "selector.m=4",
@@ -101,8 +102,22 @@ def test_sigkill_resume_cycles_match_uninterrupted_run(tmp_path):
         pytest.fail("run never finished")
     print(f"SIGKILL/resume cycles: {kills} kills, finished on cycle {cycle + 1}")
     assert kills >= 1, "the schedule never killed the run; lower the wait"
+    # resume=true on the finished run, killed at a random point and then run to the end: adds nothing
+    before = (run_dir / "metrics.jsonl").read_text()
+    proc = subprocess.Popen(_cmd(run_dir, "resume=true"), cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    time.sleep(rng.uniform(1.0, 6.0))
+    proc.kill()
+    proc.wait()
+    subprocess.run(_cmd(run_dir, "resume=true"), cwd=ROOT, env=env, check=True, capture_output=True)
+    assert (run_dir / "metrics.jsonl").read_text() == before
     a, b = _train_records(ref), _train_records(run_dir)
     assert [r["step"] for r in b] == list(range(1, 7))  # no duplicates, no gaps
+    evals = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "eval"]
+    assert (
+        evals
+        == [r["step"] for r in read_metrics(ref / "metrics.jsonl") if r["kind"] == "eval"]
+        == [0, 2, 4, 6]
+    )
     for x, y in zip(a, b):
         for k in KEYS:
             assert x.get(k) == y.get(k), (x["step"], k)
