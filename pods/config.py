@@ -406,3 +406,6 @@ def _validate_reward(r: Any) -> None:
     _positive("reward.timeout_s", r.timeout_s)
     _at_least("reward.max_chars", r.max_chars, 1)
     _at_least("reward.max_answer_chars", r.max_answer_chars, 1)
+    _interval("reward.rel_tol", r.rel_tol, 0, 1, "[)")
+    _at_least("reward.workers", r.workers, 0, " (0 = automatic)")
+    _positive("reward.batch_timeout_s", r.batch_timeout_s, allow_zero=True)
