@@ -1,10 +1,20 @@
-"""The one batch type that travels between stages."""
+"""The one batch type that travels between stages: what was sampled, how, and how it scored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a batch was sampled. The update reads the temperature from here: the loss must score each token
+    under the distribution it was drawn from."""
+
+    temperature: float  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
 
 
 @dataclass
@@ -22,10 +32,10 @@ class Rollouts:
     texts: list[str]  # (B,) decoded completions
     prompt_ids: list[int]  # (P,) dataset index of each group's prompt
     group_size: int  # k completions per prompt
+    sampling: Sampling = field(default_factory=lambda: Sampling(1.0))
     rewards: torch.Tensor | None = None  # (P, k) total reward per rollout
+    correct: torch.Tensor | None = None  # (P, k) 1.0 where the answer was graded right
     advantages: torch.Tensor | None = None  # (B,) per rollout, set before the update
-    old_logp: torch.Tensor | None = None  # (B, Lc) behaviour log-probs, when mu > 1
-    extras: dict = field(default_factory=dict)
 
     @property
     def num_groups(self) -> int:
@@ -41,17 +51,24 @@ class Rollouts:
         m = keep.shape[1]
         rows = (torch.arange(P).unsqueeze(1) * k + keep.cpu()).reshape(-1)  # (P*m,)
         rewards = None if self.rewards is None else self.rewards.gather(1, keep.to(self.rewards.device))
-        return self.take_rows(rows, m, rewards, self.prompt_ids)
+        correct = None if self.correct is None else self.correct.gather(1, keep.to(self.correct.device))
+        return self.take_rows(rows, m, rewards, correct, self.prompt_ids)
 
     def select_groups(self, groups: list[int]) -> Rollouts:
         """Keep whole groups (used by dynamic sampling to drop zero-variance groups)."""
         k = self.group_size
         rows = torch.tensor([g * k + j for g in groups for j in range(k)], dtype=torch.long)
         rewards = None if self.rewards is None else self.rewards[groups]
-        return self.take_rows(rows, k, rewards, [self.prompt_ids[g] for g in groups])
+        correct = None if self.correct is None else self.correct[groups]
+        return self.take_rows(rows, k, rewards, correct, [self.prompt_ids[g] for g in groups])
 
     def take_rows(
-        self, rows: torch.Tensor, group_size: int, rewards: torch.Tensor | None, prompt_ids: list[int]
+        self,
+        rows: torch.Tensor,
+        group_size: int,
+        rewards: torch.Tensor | None,
+        correct: torch.Tensor | None,
+        prompt_ids: list[int],
     ) -> Rollouts:
         ids, am, cm = self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows]
         # trim prompt columns that are padding in every kept row, and completion columns past the longest
@@ -66,7 +83,9 @@ class Rollouts:
             texts=[self.texts[i] for i in rows.tolist()],
             prompt_ids=list(prompt_ids),
             group_size=group_size,
+            sampling=self.sampling,
             rewards=rewards,
+            correct=correct,
             advantages=None if self.advantages is None else self.advantages[rows],
         )
 
@@ -94,5 +113,7 @@ class Rollouts:
             texts=[t for p in parts for t in p.texts],
             prompt_ids=[i for p in parts for i in p.prompt_ids],
             group_size=parts[0].group_size,
+            sampling=parts[0].sampling,
             rewards=None if parts[0].rewards is None else torch.cat([p.rewards for p in parts]),
+            correct=None if parts[0].correct is None else torch.cat([p.correct for p in parts]),
         )

@@ -205,9 +205,11 @@ class TrainConfig:
 
 
 def register_schema() -> None:
+    from pods.naming import register_resolver
     from pods.presets import install
 
     ConfigStore.instance().store(name="pods_schema", node=TrainConfig)
+    register_resolver()  # ${pods.run_name:...}: the run-name format, defined once in pods/naming.py
     install()  # +experiment/+scale/+variant/+debug apply in the defaults list's order, not the CLI's
 
 

@@ -138,6 +138,13 @@ class Dist:
         """The order in which gathered shards concatenate: rank 0's items, then rank 1's, ..."""
         return [x for r in range(self.world) for x in items[r :: self.world]]
 
+    def local_positions(self, positions: list[int], total: int) -> list[int]:
+        """Positions in the gathered order of `total` sharded items (rank 0's, then rank 1's, ...) -> the
+        indices, in this rank's own shard, of those that are this rank's."""
+        offset = sum(len(range(q, total, self.world)) for q in range(self.rank))
+        mine = len(range(self.rank, total, self.world))
+        return [g - offset for g in positions if offset <= g < offset + mine]
+
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenate a (p, ...) tensor of every rank along dim 0 (ranks may hold different p)."""
         if self.accelerator is None:
@@ -175,6 +182,30 @@ class Dist:
             loss.backward()
         else:
             self.accelerator.backward(loss)
+
+    def backward_share(self, loss: torch.Tensor) -> None:
+        """Backward of this rank's part of a loss whose normalisers are totals over all ranks: DDP and FSDP
+        average gradients over ranks, so the part is scaled by the world size to make that average a sum."""
+        self.backward(loss * self.world)
+
+    def forward_passes(self, n: int) -> int:
+        """Forwards this rank runs for its `n` micro-batches: under lock-step (FSDP, where every forward is
+        a collective) as many as the busiest rank, else its own."""
+        return int(self.max(n)) if self.lockstep else n
+
+    def passes(self, n: int) -> int:
+        """Forward/backward passes for `n` micro-batches: as forward_passes, and at least one, so that a rank
+        with no rows still joins the step's gradient reduction."""
+        return max(self.forward_passes(n), 1)
+
+    def empty_forward(self, model, device) -> None:
+        """A one-token forward that only joins the collectives (FSDP all-gathers) of a real one."""
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
+
+    def empty_backward(self, model, device) -> None:
+        """A forward and backward with zero gradient: joins the gradient reduction of a real pass."""
+        out = model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
+        (out.logits.sum() * 0.0).backward()
 
     def no_sync(self, model, enabled: bool):
         """Skip the gradient all-reduce on all but the last micro-batch of a step."""

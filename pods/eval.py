@@ -2,29 +2,56 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
+@dataclass(frozen=True)
+class EvalSettings:
+    """What evaluation needs from the config (eval.*, rollout.top_p/top_k, the chat template, logging)."""
+
+    num_samples: int = 1  # samples per question (1 when greedy)
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    batch_size: int = 256
+    add_special_tokens: bool = False
+    log_completions: int = 2
+
+    @classmethod
+    def from_config(cls, cfg) -> EvalSettings:
+        e = cfg.eval
+        return cls(
+            e.num_samples,
+            e.temperature,
+            cfg.rollout.top_p,
+            cfg.rollout.top_k,
+            e.batch_size,
+            not cfg.model.use_chat_template,
+            cfg.logger.log_completions,
+        )
+
+
 def evaluate(
-    generator, reward_fn, prompts: list[str], answers: list[str], cfg, dist
+    generator, reward_fn, prompts: list[str], answers: list[str], es: EvalSettings, dist
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy = mean over questions and samples of the accuracy term; also format and lengths.
 
     The questions are sharded over ranks and the per-sample results gathered.
     Returns (metrics, a few sample records for the log).
     """
-    e = cfg.eval
-    k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
+    k = es.num_samples if es.temperature > 0 else 1  # greedy samples would all be identical
     ids = dist.shard(list(range(len(prompts))))
     out = generator.generate(
         [prompts[i] for i in ids],
         ids,
         k,
-        e.temperature,
-        cfg.rollout.top_p,
-        cfg.rollout.top_k,
-        add_special_tokens=not cfg.model.use_chat_template,
-        batch_size=e.batch_size,
+        es.temperature,
+        es.top_p,
+        es.top_k,
+        add_special_tokens=es.add_special_tokens,
+        batch_size=es.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
     graded = reward_fn(out.texts, golds)
@@ -51,7 +78,7 @@ def evaluate(
     }
     for j, name in enumerate(terms):
         metrics[f"eval/{name}"] = allr[:, 3 + j].mean().item()
-    n_show = cfg.logger.log_completions
+    n_show = es.log_completions
     samples = [
         {
             "prompt": prompts[ids[i // k]][-200:],

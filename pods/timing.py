@@ -6,6 +6,7 @@ and excludes eval and checkpointing, so accuracy-vs-time curves measure training
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -50,3 +51,20 @@ class PhaseTimer:
         out["timing/step"] = sum(v for k, v in self.step_times.items() if k not in NOT_TRAINING)
         self.step_times = defaultdict(float)
         return out
+
+
+class Every:
+    """When a periodic job (eval, checkpoint) is due: every `steps` optimizer steps and/or every `seconds`
+    of training clock, on a fixed grid (a job due at 30 s and run at 31 s is next due at 60 s). 0 = off."""
+
+    def __init__(self, steps: int = 0, seconds: float = 0.0):
+        self.steps, self.seconds = steps, seconds
+        self.next_time = seconds if seconds > 0 else math.inf  # restored from checkpoints
+
+    def due(self, step: int, clock: float) -> bool:
+        due = self.steps > 0 and step % self.steps == 0
+        if clock >= self.next_time:
+            due = True
+            while self.next_time <= clock:  # the next point on the fixed grid
+                self.next_time += self.seconds
+        return due

@@ -7,7 +7,10 @@ import logging
 import math
 import os
 import re
+import uuid
 from pathlib import Path
+
+from pods.naming import run_name, variant_name
 
 log = logging.getLogger("pods")
 
@@ -32,6 +35,39 @@ def wandb_mode(requested: str) -> str:
         return "online" if hub_reachable("api.wandb.ai") else "offline"
     except Exception:  # noqa: BLE001 - any trouble with W&B means offline, not a crash
         return "offline"
+
+
+def run_info_for(cfg) -> dict:
+    """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare."""
+    s = cfg.selector
+    variant = variant_name(s.name, s.n, s.m)
+    return {
+        "name": cfg.name or run_name(variant, cfg.seed),
+        "variant": variant,
+        "seed": cfg.seed,
+        "selector": s.name,
+        "n": s.n,
+        "m": s.m,
+        "model": cfg.model.name,
+        "dataset": cfg.dataset.name,
+        "group": cfg.logger.group or cfg.experiment,
+        "experiment": cfg.experiment,
+    }
+
+
+def write_run_info(cfg, run_dir: Path, data: dict, world: int, threads: int, is_main: bool) -> dict:
+    """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
+    Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file."""
+    path = run_dir / "run_info.json"
+    info = run_info_for(cfg)
+    old = json.loads(path.read_text()) if is_main and path.exists() else {}
+    info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
+    info["data"] = data
+    info["world_size"] = world
+    info["torch_threads"] = threads
+    if is_main:
+        path.write_text(json.dumps(info, indent=2))
+    return info
 
 
 STEP_METRIC = "train/clock"  # the training clock in seconds: metrics.jsonl's train_time

@@ -39,6 +39,7 @@ from hydra.core.global_hydra import GlobalHydra
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from pods.callbacks import Callback
 from pods.config import register_schema, validate
 from pods.reward import register_reward
 from pods.trainer import Trainer
@@ -230,32 +231,31 @@ def wait_for_grader(trainer) -> None:
     trainer.reward_fn.grader.wait_ready(120)
 
 
+class TimedSteps(Callback):
+    """Wall and CPU seconds of every step, through the trainer's callback hooks."""
+
+    def __init__(self, device: str):
+        self.clock = StepClock(device)
+
+    def on_step_start(self, trainer) -> None:
+        self.clock.start()
+
+    def on_step_end(self, trainer, record: dict) -> None:
+        self.clock.stop()
+
+
 def run_pods(cfg, device: str) -> dict:
     """Train cfg.max_steps steps with the real Trainer; returns its metrics plus per-step wall time,
-    prompt width, peak memory and parameter counts."""
-    widths, clock = [], StepClock(device)
+    peak memory and parameter counts."""
+    timed = TimedSteps(device)
+    clock = timed.clock
     with PeakMemory(device) as mem:
-        trainer = Trainer(cfg, Path(cfg.run_dir))
+        trainer = Trainer(cfg, Path(cfg.run_dir), callbacks=[timed])
         wait_for_grader(trainer)
-        collect, step = trainer.collector.collect, trainer.train_step
-
-        def collect_and_record():
-            batch, cs = collect()
-            widths.append(batch.prompt_len if batch is not None else 0)
-            return batch, cs
-
-        def timed_step():
-            clock.start()
-            rec = step()
-            clock.stop()
-            return rec
-
-        trainer.collector.collect, trainer.train_step = collect_and_record, timed_step
         trainer.train()
     params = list(trainer.model.parameters())
     out = {
         "records": [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()],
-        "prompt_widths": widths,
         "wall_steps": clock.wall,
         "cpu_steps": clock.cpu,
         "peak_mem_gib": mem.gib,
@@ -270,10 +270,10 @@ def run_pods(cfg, device: str) -> dict:
 def summarize(run: dict, peak_flops: float) -> dict:
     """Means over the steps after the first (warm-up)."""
     recs = [r for r in run["records"] if r.get("kind") == "train"][1:]
-    widths, walls = run["prompt_widths"][1:], run["wall_steps"][1:]
+    walls = run["wall_steps"][1:]
     mean = lambda k: sum(r.get(k) or 0.0 for r in recs) / max(len(recs), 1)  # noqa: E731
     phases = sorted({k for r in recs for k in r if k.startswith("timing/") and k != "timing/step"})
-    trained = [r["update/rows"] * w + r["update/tokens"] for r, w in zip(recs, widths)]  # prompt + completion
+    trained = [r.get("update/prompt_tokens", 0.0) + r["update/tokens"] for r in recs]  # prompt + completion
     update_s = sum(r["timing/update"] for r in recs)
     gen_s = sum(r["timing/generation"] for r in recs)
     flops_per_token = 6 * run["trainable_params"] + 4 * run["frozen_params"]

@@ -26,7 +26,7 @@ from pods.config import TrainConfig
 from pods.distributed import Dist
 from pods.models import autocast
 from pods.update.optim import build_optimizer
-from pods.update.step import policy_update
+from pods.update.step import UpdateSettings, policy_update
 
 
 def synthetic_batch(rows: int, lp: int, lc: int, vocab: int) -> Rollouts:
@@ -68,7 +68,7 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
         sync(device)
         t0 = time.perf_counter()
         with autocast(cfg, device):
-            stats = policy_update(model, batch, opt, sched, cfg, device, dist)
+            stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(cfg), device, dist)
         sync(device)
         if i >= 3:
             times.append((time.perf_counter() - t0) * 1e3)

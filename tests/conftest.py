@@ -28,6 +28,20 @@ def make_cfg(tmp_path):
     return make
 
 
+# Train-record keys whose values two runs must share to count as the same run (resume, DDP vs FSDP):
+# one per stage (reward, update, selection, pre-rollout filter, rollout, batch).
+SAME_RUN_KEYS = (
+    "reward/mean",
+    "update/loss",
+    "update/grad_norm",
+    "update/rows",
+    "selector/kept_reward_mean",
+    "filter/p_easy",
+    "rollout/tokens",
+    "rollout/rollouts",
+    "train/groups",
+)
+
 # A few-second run of the tiny model: 2 prompts x 8 rollouts, 24-token completions.
 SMOKE = [
     "max_steps=3",

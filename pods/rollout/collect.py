@@ -11,7 +11,33 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pods.batch import Rollouts
+from pods.batch import Rollouts, Sampling
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    """What collection needs from the config (algo.prompts_per_step, selector.*, rollout.*)."""
+
+    prompts_per_step: int
+    n: int  # rollouts per prompt
+    sampling: Sampling
+    dynamic_sampling: bool = False
+    oversample: float = 1.25  # dynamic sampling: extra prompts drawn per round
+    max_rounds: int = 8  # dynamic sampling: generation rounds per step before training on a short batch
+    add_special_tokens: bool = False  # prompts without a chat template get the tokenizer's BOS etc.
+
+    @classmethod
+    def from_config(cls, cfg) -> CollectSettings:
+        s, r = cfg.selector, cfg.rollout
+        return cls(
+            prompts_per_step=cfg.algo.prompts_per_step,
+            n=s.n,
+            sampling=Sampling(r.temperature, r.top_p, r.top_k),
+            dynamic_sampling=s.dynamic_sampling,
+            oversample=s.greso.oversample,
+            max_rounds=s.greso.max_rounds,
+            add_special_tokens=not cfg.model.use_chat_template,
+        )
 
 
 @dataclass
@@ -30,6 +56,31 @@ class CollectStats:
     all_correct: list[torch.Tensor] = field(default_factory=list)
     terms: dict[str, list[float]] = field(default_factory=dict)
 
+    def metrics(self, dist, n: int) -> dict[str, float]:
+        """reward/*, rollout/* and filter/* of the step (whole batch; call on every rank)."""
+        flat = lambda ts: torch.cat([t.flatten() for t in ts]) if ts else torch.zeros(0)  # noqa: E731
+        rewards, correct = flat(self.all_rewards), flat(self.all_correct)
+        out = {
+            "reward/mean": rewards.mean().item() if rewards.numel() else float("nan"),
+            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "reward/accuracy": correct.mean().item() if correct.numel() else float("nan"),
+            "reward/nonfinite": dist.sum(self.nonfinite_rewards),  # counted on each rank's shard
+            "reward/timeouts": dist.sum(self.reward_timeouts),
+            "reward/errors": dist.sum(self.reward_errors),
+            "rollout/rounds": float(self.rounds),
+            "rollout/prompts_drawn": float(self.drawn),
+            "rollout/groups": float(self.generated_groups),
+            "rollout/dropped_zero_var": float(self.dropped_zero_var),
+            "rollout/rollouts": float(self.rollouts),
+            "rollout/tokens": float(self.tokens),
+            "filter/skipped": float(self.skipped),
+            "filter/rollouts_avoided": float(self.skipped * n),
+        }
+        for k in sorted(self.terms):  # every rank has the same reward terms
+            v = dist.gather(torch.tensor(self.terms[k], dtype=torch.float32))
+            out[f"reward/{k}"] = v.mean().item() if v.numel() else float("nan")
+        return out
+
 
 def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Replace NaN/inf rewards with 0 so nothing non-finite reaches advantages or the loss."""
@@ -37,10 +88,20 @@ def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
 
+def useful_groups(rewards: torch.Tensor, want: int) -> list[int]:
+    """Dynamic sampling: positions of the first `want` groups of (P, n) rewards that have variance.
+
+    >>> useful_groups(torch.tensor([[1., 1.], [0., 1.], [0., 0.], [1., 0.]]), 5)
+    [1, 3]
+    """
+    spread = rewards.max(1).values - rewards.min(1).values
+    return [g for g in range(len(spread)) if spread[g] > 0][:want]
+
+
 class RolloutCollector:
     def __init__(
         self,
-        cfg,
+        settings: CollectSettings,
         sampler,
         prefilter,
         generator,
@@ -50,7 +111,7 @@ class RolloutCollector:
         timer,
         dist,
     ):
-        self.cfg, self.sampler, self.prefilter, self.dist = cfg, sampler, prefilter, dist
+        self.s, self.sampler, self.prefilter, self.dist = settings, sampler, prefilter, dist
         self.generator, self.reward_fn, self.timer = generator, reward_fn, timer
         self.prompts, self.answers = prompts, answers
         self.zero_var_ratio = 0.0  # running estimate used to size dynamic-sampling rounds
@@ -72,24 +133,37 @@ class RolloutCollector:
     def round_size(self, remaining: int) -> int:
         """Prompts to draw this round: with dynamic sampling, enough to expect `remaining` useful groups
         (remaining / (1 - zero-variance ratio) x oversample); a multiple of the number of ranks."""
-        s, w = self.cfg.selector, self.dist.world
-        k = remaining
-        if s.dynamic_sampling:
+        k, w = remaining, self.dist.world
+        if self.s.dynamic_sampling:
             frac_useful = max(1.0 - self.zero_var_ratio, 0.1)
-            k = max(remaining, math.ceil(remaining / frac_useful * s.greso.oversample))
+            k = max(remaining, math.ceil(remaining / frac_useful * self.s.oversample))
         return math.ceil(k / w) * w
 
     def score(self, r: Rollouts, stats: CollectStats) -> None:
+        """Grade every completion: the batch gets its (P, n) rewards and correctness."""
         golds = [self.answers[pid] for pid in r.prompt_ids for _ in range(r.group_size)]
         out = self.reward_fn(r.texts, golds)
         total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
         r.rewards = total.view(r.num_groups, r.group_size)
-        r.extras["correct"] = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)
+        r.correct = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)
         stats.nonfinite_rewards += bad
         stats.reward_timeouts += out.n_timeouts
         stats.reward_errors += out.n_errors
         for k, v in out.terms.items():
             stats.terms.setdefault(k, []).extend(v)
+
+    def generate(self, pids: list[int]) -> Rollouts:
+        s = self.s
+        with self.timer.phase("generation"), self.dist.full_weights(self.generator.reads_policy):
+            return self.generator.generate(
+                [self.prompts[p] for p in pids],
+                pids,
+                s.n,
+                s.sampling.temperature,
+                s.sampling.top_p,
+                s.sampling.top_k,
+                add_special_tokens=s.add_special_tokens,
+            )
 
     def collect(self) -> tuple[Rollouts | None, CollectStats]:
         """Returns this rank's groups (None if it has none) and the step's statistics (whole batch).
@@ -97,48 +171,32 @@ class RolloutCollector:
         Every rank draws the same prompts and generates for its shard; rewards are gathered, so the
         filter's memory and the dynamic-sampling decisions are identical on all ranks.
         """
-        cfg, s, dist = self.cfg, self.cfg.selector, self.dist
-        want, parts, have = cfg.algo.prompts_per_step, [], 0
+        s, dist = self.s, self.dist
+        want, parts, have = s.prompts_per_step, [], 0
         stats = CollectStats()
-        max_rounds = s.greso.max_rounds if s.dynamic_sampling else 1
+        max_rounds = s.max_rounds if s.dynamic_sampling else 1
         while have < want and stats.rounds < max_rounds:
             stats.rounds += 1
             with self.timer.phase("filter"):
                 picked = self.draw(self.round_size(want - have), stats)
             if len(picked) < dist.world:
                 break
-            pids = dist.shard([p for p, _ in picked])
-            with self.timer.phase("generation"), dist.full_weights(self.generator.reads_policy):
-                r = self.generator.generate(
-                    [self.prompts[p] for p in pids],
-                    pids,
-                    s.n,
-                    cfg.rollout.temperature,
-                    cfg.rollout.top_p,
-                    cfg.rollout.top_k,
-                    add_special_tokens=not cfg.model.use_chat_template,
-                )
+            r = self.generate(dist.shard([p for p, _ in picked]))
             stats.rollouts += int(dist.sum(len(r.texts)))
             stats.tokens += int(dist.sum(int(r.completion_mask.sum())))
             with self.timer.phase("reward"):
                 self.score(r, stats)
-            all_rewards, all_correct = (
-                dist.gather(r.rewards),
-                dist.gather(r.extras["correct"]),
-            )  # (P_round, n)
+            all_rewards, all_correct = dist.gather(r.rewards), dist.gather(r.correct)  # (P_round, n)
             stats.generated_groups += all_rewards.shape[0]
             stats.all_rewards.append(all_rewards)
             stats.all_correct.append(all_correct)
             self.prefilter.observe(dist.unshard_order([p for p, _ in picked]), picked[0][1], all_correct)
             if s.dynamic_sampling:
-                spread = all_rewards.max(1).values - all_rewards.min(1).values
-                useful = [g for g in range(len(spread)) if spread[g] > 0][: want - have]  # global positions
-                stats.dropped_zero_var += len(spread) - len(useful)
-                self.zero_var_ratio = 0.5 * self.zero_var_ratio + 0.5 * (
-                    1 - (spread > 0).float().mean().item()
-                )
-                offset = sum(len(picked[q :: dist.world]) for q in range(dist.rank))
-                r = r.select_groups([g - offset for g in useful if offset <= g < offset + r.num_groups])
+                useful = useful_groups(all_rewards, want - have)  # positions in the gathered batch
+                stats.dropped_zero_var += all_rewards.shape[0] - len(useful)
+                zero_var = (all_rewards.max(1).values == all_rewards.min(1).values).float().mean().item()
+                self.zero_var_ratio = 0.5 * self.zero_var_ratio + 0.5 * zero_var
+                r = r.select_groups(dist.local_positions(useful, len(picked)))
                 have += len(useful)
             else:
                 have += all_rewards.shape[0]
@@ -148,3 +206,21 @@ class RolloutCollector:
         if not parts:
             return None, stats
         return Rollouts.concat(parts, self.generator.pad_id), stats
+
+
+def completion_metrics(batch: Rollouts | None, kept: Rollouts | None, dist, n: int, max_len: int) -> dict:
+    """completions/* and train/* over the whole batch (gathered from every rank; call on all ranks)."""
+    none = torch.zeros(0)
+    lengths = dist.gather(batch.completion_lengths.float() if batch is not None else none)
+    kept_len = dist.gather(kept.completion_lengths.float() if kept is not None else none)
+    if not lengths.numel():
+        return {}
+    return {
+        "completions/mean_length": lengths.mean().item(),
+        "completions/max_length": lengths.max().item(),
+        "completions/min_length": lengths.min().item(),
+        "completions/clipped_frac": (lengths >= max_len).float().mean().item(),
+        "completions/kept_mean_length": kept_len.mean().item() if kept_len.numel() else 0.0,
+        "train/groups": float(lengths.numel() // n),
+        "train/rollouts_trained": float(kept_len.numel()),
+    }

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from pods.batch import Rollouts
+from pods.batch import Rollouts, Sampling
 
 
 def completion_mask_from_eos(tokens: torch.Tensor, eos_ids: list[int], pad_id: int) -> torch.Tensor:
@@ -281,6 +281,7 @@ class HFGenerator:
             texts=texts,
             prompt_ids=list(prompt_ids),
             group_size=n,
+            sampling=Sampling(temperature, top_p, top_k),
         )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from pods.batch import Rollouts
+from pods.batch import Rollouts, Sampling
 from pods.config import ConfigError
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 
@@ -249,7 +249,9 @@ class VLLMGenerator:
             self.llm.sleep(level=1)  # level 1 keeps the weights in CPU memory: safe if no sync comes first
             self.asleep = {"weights", "kv_cache"}
         decode = lambda t: self.tok.batch_decode(t, skip_special_tokens=True)  # noqa: E731
-        return rollouts_from_outputs(outputs, ids, am, n, self.pad_id, self.eos_ids, decode, prompt_ids)
+        out = rollouts_from_outputs(outputs, ids, am, n, self.pad_id, self.eos_ids, decode, prompt_ids)
+        out.sampling = Sampling(temperature, top_p, top_k)
+        return out
 
     def wake(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
         todo = sorted(self.asleep.intersection(tags))

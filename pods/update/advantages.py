@@ -34,3 +34,17 @@ def group_advantages(
     return torch.where(
         flat & (ref.amax(1, keepdim=True) == ref.amin(1, keepdim=True)), torch.zeros_like(adv), adv
     )
+
+
+ADV_STATS = ("kept", "full")  # whose mean/std normalise: the kept m (PODS paper) or all n (an ablation)
+
+
+def kept_advantages(
+    kept_rewards: torch.Tensor, all_rewards: torch.Tensor, stats: str = "kept", scale_by_std: bool = True
+) -> torch.Tensor:
+    """(P, m) kept rewards -> (P*m,) advantages, normalised on the kept subset or, with stats="full", on
+    all (P, n) rewards of each group."""
+    if stats not in ADV_STATS:
+        raise ValueError(f"advantage statistics {stats!r}; allowed: {', '.join(ADV_STATS)}")
+    ref = all_rewards if stats == "full" else None
+    return group_advantages(kept_rewards, scale_by_std, stats_from=ref).reshape(-1)

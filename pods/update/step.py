@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -77,102 +78,114 @@ def micro_view(batch: Rollouts, mb: torch.Tensor, device) -> tuple[torch.Tensor,
     return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What the update needs from the config (algo.*, optim.grad_clip, hardware micro-batching)."""
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    beta: float = 0.0
+    mu: int = 1
+    loss_agg: str = "token"
+    grad_clip: float = 0.0  # 0 = off
+    micro_batch_size: int = 16
+    micro_batch_tokens: int = 0  # 0 = rows only
+
+    @classmethod
+    def from_config(cls, cfg) -> UpdateSettings:
+        a, hw = cfg.algo, cfg.hardware
+        return cls(
+            epsilon=a.epsilon,
+            epsilon_high=a.epsilon_high,
+            beta=a.beta,
+            mu=a.mu,
+            loss_agg=a.loss_agg,
+            grad_clip=cfg.optim.grad_clip,
+            micro_batch_size=hw.micro_batch_size,
+            micro_batch_tokens=hw.micro_batch_tokens,
+        )
+
+
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: Rollouts | None, mbs: list[torch.Tensor], temperature: float, device, calls: int = 0
+    model, batch: Rollouts | None, mbs: list[torch.Tensor], device, dist=None, passes: int = 0
 ) -> torch.Tensor | None:
-    """Log-probs of the rows of micro-batches `mbs`; then dummy forwards up to `calls` in all (FSDP lock-step).
-    A rank with no groups (batch None, no rows) only runs the dummy forwards and returns None."""
+    """Log-probs of the rows of micro-batches `mbs` at the batch's sampling temperature; under lock-step
+    (FSDP) `dist` runs empty forwards up to `passes` in all. A rank with no groups (batch None) returns None."""
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
     for mb in mbs:
         ids, am, pw, cw = micro_view(batch, mb, device)
-        out[mb, :cw] = completion_logprobs(model, ids, am, pw, temperature).cpu()
-    for _ in range(calls - len(mbs)):
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
+        out[mb, :cw] = completion_logprobs(model, ids, am, pw, batch.sampling.temperature).cpu()
+    for _ in range(passes - len(mbs)):
+        dist.empty_forward(model, device)
     return out
 
 
-def _dummy_backward(model, device) -> None:
-    """A rank with no rows still joins the step's one gradient all-reduce (with zero gradient)."""
-    out = model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
-    (out.logits.sum() * 0.0).backward()
+@dataclass
+class _Step:
+    """One optimizer step's fixed inputs, shared by its micro-batches."""
+
+    batch: Rollouts
+    old: torch.Tensor | None  # (B, Lc) behaviour log-probs when mu > 1, else None (on-policy)
+    ref: torch.Tensor | None  # (B, Lc) reference log-probs when beta > 0
+    num_tokens: float  # loss normalisers: totals over the whole batch (all ranks)
+    num_seqs: float
 
 
 def policy_update(
-    model, batch: Rollouts | None, optimizer, scheduler, cfg, device, dist, ref_model=None
+    model, batch: Rollouts | None, optimizer, scheduler, us: UpdateSettings, device, dist, ref_model=None
 ) -> dict[str, float]:
-    """Run cfg.algo.mu optimizer steps on `batch` (advantages set). Returns update/* metrics.
+    """Run us.mu optimizer steps on `batch` (advantages set). Returns update/* metrics.
 
     Rows whose advantage is exactly 0 (zero-variance groups) contribute no gradient when beta = 0, so
     they are left out of the forward/backward pass but still count in the loss normaliser: the
     gradient is exactly the one of the full batch, computed on fewer rows. Normalisers are totals over
-    all ranks; DDP averages gradients over ranks, so each rank's loss is multiplied by the world size.
+    all ranks (`dist` turns each rank's loss into its share of the global mean).
     """
-    a, hw = cfg.algo, cfg.hardware
-    temp = cfg.rollout.temperature
     if batch is None:  # this rank got no groups this step
         adv, mask = torch.zeros(0), torch.zeros(0, 0)
     else:
         adv, mask = batch.advantages, batch.completion_mask
     num_tokens = max(dist.sum(float(mask.sum())), 1.0)
     num_seqs = max(dist.sum(float(len(adv))), 1.0)
-    live = adv != 0 if a.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
+    live = adv != 0 if us.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
     rows = (
         torch.nonzero(live & (mask.sum(1) > 0)).squeeze(1) if len(adv) else torch.zeros(0, dtype=torch.long)
     )
     global_rows = dist.sum(float(len(rows)))
+    prompt_tokens = float(row_lengths(batch)[0][rows].sum()) if len(rows) else 0.0
     stats = {
         "update/rows": global_rows,
         "update/tokens": dist.sum(float(mask[rows].sum()) if len(rows) else 0.0),
+        "update/prompt_tokens": dist.sum(prompt_tokens),  # real prompt tokens of those rows
         "update/skipped": 0.0,
     }
     if global_rows == 0:  # every group had zero variance: nothing to learn, keep the schedule moving
-        for _ in range(a.mu):
+        for _ in range(us.mu):
             scheduler.step()
         stats["update/skipped"] = 1.0
         return stats
-    has_rows = len(rows) > 0
     micro = (
-        plan_micro_batches(rows, *row_lengths(batch), hw.micro_batch_size, hw.micro_batch_tokens)
-        if has_rows
+        plan_micro_batches(rows, *row_lengths(batch), us.micro_batch_size, us.micro_batch_tokens)
+        if len(rows)
         else []
     )
-    # Under FSDP every forward/backward is a collective: ranks with fewer micro-batches run dummy ones.
-    calls = int(dist.max(len(micro))) if dist.lockstep else len(micro)
-    old = (
-        batch_logprobs(model, batch, micro, temp, device, calls)
-        if a.mu > 1 and (has_rows or dist.lockstep)
-        else None
-    )
-    ref = None
-    if a.beta > 0 and has_rows:
-        ref = batch_logprobs(ref_model, batch, micro, temp, device)
+    passes = dist.passes(len(micro))  # FSDP: every rank runs as many passes as the busiest one
+    fwd = dist.forward_passes(len(micro))
+    old = batch_logprobs(model, batch, micro, device, dist, fwd) if us.mu > 1 and fwd else None
+    ref = batch_logprobs(ref_model, batch, micro, device) if us.beta > 0 and len(rows) else None
+    step = _Step(batch, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
-    passes = max(calls, 1)  # a rank with no rows still joins the gradient reduction once
-    for _ in range(a.mu):
+    for _ in range(us.mu):
         optimizer.zero_grad(set_to_none=True)
         for i in range(passes):
-            with dist.no_sync(model, enabled=i < passes - 1):
+            with dist.no_sync(model, enabled=i < passes - 1):  # one gradient reduction per step
                 if i < len(micro):
-                    _micro_step(
-                        model,
-                        batch,
-                        micro[i],
-                        old,
-                        ref,
-                        adv,
-                        mask,
-                        cfg,
-                        device,
-                        dist,
-                        num_tokens,
-                        num_seqs,
-                        tot,
-                    )
-                else:
-                    _dummy_backward(model, device)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+                    _micro_step(model, step, micro[i], us, device, dist, tot)
+                else:  # a rank with fewer rows still joins every collective
+                    dist.empty_backward(model, device)
+        max_norm = us.grad_clip if us.grad_clip > 0 else math.inf
         gnorm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)  # FSDP: a DTensor
         if not math.isfinite(gnorm):  # never let a NaN/inf gradient reach the weights
@@ -181,8 +194,8 @@ def policy_update(
         else:
             optimizer.step()
         scheduler.step()
-        tot["grad_norm"] += gnorm / a.mu
-    live_tokens = max(stats["update/tokens"] * a.mu, 1.0)
+        tot["grad_norm"] += gnorm / us.mu
+    live_tokens = max(stats["update/tokens"] * us.mu, 1.0)
     stats.update(
         {
             "update/loss": dist.sum(tot["loss"]),
@@ -196,24 +209,24 @@ def policy_update(
     return stats
 
 
-def _micro_step(model, batch, mb, old, ref, adv, mask, cfg, device, dist, num_tokens, num_seqs, tot) -> None:
-    a = cfg.algo
-    ids, am, pw, cw = micro_view(batch, mb, device)
-    logp = completion_logprobs(model, ids, am, pw, cfg.rollout.temperature)
+def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
+    b = step.batch
+    ids, am, pw, cw = micro_view(b, mb, device)
+    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature)
     loss, st = policy_loss(
         logp,
-        old[mb, :cw].to(device) if old is not None else logp.detach(),  # on-policy: the ratio is exactly 1
-        adv[mb].to(device, logp.dtype),
-        mask[mb, :cw].to(device),
-        a.epsilon,
-        a.epsilon_high,
-        ref[mb, :cw].to(device) if ref is not None else None,
-        a.beta,
-        a.loss_agg,
-        num_tokens,
-        num_seqs,
+        step.old[mb, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
+        b.advantages[mb].to(device, logp.dtype),
+        b.completion_mask[mb, :cw].to(device),
+        us.epsilon,
+        us.epsilon_high,
+        step.ref[mb, :cw].to(device) if step.ref is not None else None,
+        us.beta,
+        us.loss_agg,
+        step.num_tokens,
+        step.num_seqs,
     )
-    dist.backward(loss * dist.world)  # DDP averages over ranks; the normalisers are already global
-    tot["loss"] += loss.item() / a.mu
+    dist.backward_share(loss)  # the loss is already a global mean: each rank backpropagates its share
+    tot["loss"] += loss.item() / us.mu
     tot["clipped_tokens"] += st["clipped_tokens"].item()
     tot["kl_sum"] += st["kl_sum"].item()

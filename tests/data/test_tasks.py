@@ -183,17 +183,11 @@ def test_json_array_and_broken_parquet(tmp_path):
 
 
 def test_kept_counts_prompts_left_after_the_length_filter():
-    from types import SimpleNamespace
-
+    from pods.data.prompts import length_checked
     from pods.data.tasks import DataReport, Example
-    from pods.trainer import Trainer
 
-    cfg = SimpleNamespace(
-        model=SimpleNamespace(max_prompt_len=3), dataset=SimpleNamespace(on_bad_rows="skip")
-    )
     tok = lambda text, add_special_tokens=False: {"input_ids": text.split()}  # noqa: E731 - one token a word
-    fake = SimpleNamespace(cfg=cfg, tok=tok)
     examples = [Example(0, "a b", "1"), Example(1, "a b c d", "2"), Example(2, "a", "3")]
     report = DataReport(split="train", rows=3, kept=3)
-    prompts, _ = Trainer._length_checked(fake, examples, lambda ex: ex.question, report)
+    prompts = length_checked(examples, lambda ex: ex.question, tok, 3, report, "skip").prompts
     assert prompts == ["a b", "a"] and report.kept == 2

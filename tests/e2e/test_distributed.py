@@ -18,17 +18,10 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.conftest import SMOKE
+from tests.conftest import SAME_RUN_KEYS, SMOKE
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPARE = (
-    "reward/mean",
-    "update/loss",
-    "update/grad_norm",
-    "update/rows",
-    "train/groups",
-    "rollout/rollouts",
-)
+COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("filter/"))  # these runs have no prefilter
 
 
 def _free_port() -> int:

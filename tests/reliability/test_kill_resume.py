@@ -15,17 +15,10 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.conftest import SMOKE
+from tests.conftest import SAME_RUN_KEYS, SMOKE
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = (
-    "reward/mean",
-    "update/loss",
-    "selector/kept_reward_mean",
-    "filter/p_easy",
-    "rollout/tokens",
-    "train/groups",
-)
+KEYS = SAME_RUN_KEYS
 
 
 def _cmd(run_dir: Path, *extra: str) -> list[str]:

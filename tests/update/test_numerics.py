@@ -8,7 +8,7 @@ from pods.batch import Rollouts
 from pods.distributed import Dist
 from pods.rollout.collect import sanitize_rewards
 from pods.update import group_advantages
-from pods.update.step import policy_update
+from pods.update.step import UpdateSettings, policy_update
 
 
 class TinyLM(torch.nn.Module):
@@ -47,9 +47,8 @@ def run_update(adv, lengths=(3, 3, 3, 3)):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    stats = policy_update(
-        model, batch(adv, lengths), opt, sched, cfg(), torch.device("cpu"), Dist(cfg(), None)
-    )
+    us = UpdateSettings.from_config(cfg())
+    stats = policy_update(model, batch(adv, lengths), opt, sched, us, torch.device("cpu"), Dist(cfg(), None))
     changed = any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     finite = all(torch.isfinite(v).all() for v in model.state_dict().values())
     return stats, changed, finite
@@ -93,5 +92,5 @@ def test_lockstep_rank_without_groups_runs_only_dummy_forwards():
         calls.append(kw["input_ids"].shape)
         return SimpleNamespace(logits=torch.zeros(1, 1, 4))
 
-    out = batch_logprobs(model, None, [], 1.0, torch.device("cpu"), calls=3)
+    out = batch_logprobs(model, None, [], torch.device("cpu"), Dist(cfg(), None), passes=3)
     assert out is None and calls == [torch.Size([1, 1])] * 3

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods.distributed import Dist
-from pods.update.step import plan_micro_batches, policy_update
+from pods.update.step import UpdateSettings, plan_micro_batches, policy_update
 from tests.update.test_numerics import TinyLM, batch, cfg
 
 
@@ -49,7 +49,8 @@ def test_any_split_gives_the_same_update():
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         c = cfg()
         c.hardware.micro_batch_size, c.hardware.micro_batch_tokens = rows, tokens
-        stats = policy_update(model, b, opt, sched, c, torch.device("cpu"), Dist(c, None))
+        us = UpdateSettings.from_config(c)
+        stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c, None))
         results.append((stats["update/loss"], [p.detach().clone() for p in model.parameters()]))
     for loss, params in results[1:]:
         assert abs(loss - results[0][0]) < 1e-6

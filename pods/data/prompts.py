@@ -1,0 +1,55 @@
+"""The prompts a run trains and evaluates on: examples loaded, formatted with the task's template and
+checked against the model's prompt budget (a prompt that is too long is bad data, per dataset.on_bad_rows)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pods.data.tasks import DataError, DataReport, load_examples
+from pods.data.templates import format_prompt
+
+log = logging.getLogger("pods")
+
+
+@dataclass
+class PromptSet:
+    prompts: list[str]  # formatted, ready for the tokenizer
+    answers: list[str]  # gold final answers
+    report: DataReport  # rows read, kept, and bad rows by reason
+
+
+def length_checked(examples, fmt, tok, limit: int, report: DataReport, on_bad_rows: str) -> PromptSet:
+    """Format each example; drop (and count) prompts longer than `limit` tokens, or refuse under `error`."""
+    prompts, answers = [], []
+    for ex in examples:
+        p = fmt(ex)
+        if len(tok(p, add_special_tokens=False)["input_ids"]) > limit:
+            report.add_bad(f"prompt longer than model.max_prompt_len={limit}")
+            continue
+        prompts.append(p)
+        answers.append(ex.answer)
+    report.kept = len(prompts)  # run_info.json's data.kept counts what is left after this filter too
+    too_long = {k: v for k, v in report.bad.items() if k.startswith("prompt longer")}
+    if too_long and on_bad_rows == "error":
+        raise DataError(
+            f"{report.split}: {too_long}; raise model.max_prompt_len or set dataset.on_bad_rows=skip"
+        )
+    if not prompts:
+        raise DataError(f"{report.split} split has no prompt within model.max_prompt_len={limit}")
+    return PromptSet(prompts, answers, report)
+
+
+def load_prompt_sets(dataset, model, tok) -> tuple[PromptSet, PromptSet]:
+    """(train, eval) prompt sets; eval questions that are also train questions are dropped."""
+    train, train_report = load_examples(dataset, "train")
+    evals, eval_report = load_examples(dataset, "eval", exclude={e.question for e in train})
+    fmt = lambda ex: format_prompt(ex, dataset.template, dataset.system_prompt, tok, model.use_chat_template)  # noqa: E731
+    out = []
+    for examples, report in ((train, train_report), (evals, eval_report)):
+        ps = length_checked(examples, fmt, tok, model.max_prompt_len, report, dataset.on_bad_rows)
+        log.info(
+            "data %s: %d rows, %d kept, bad: %s", report.split, report.rows, report.kept, report.bad or "none"
+        )
+        out.append(ps)
+    return out[0], out[1]

@@ -1,0 +1,107 @@
+"""The filter -> generate -> reward part of a step (RolloutCollector) with a fake backend and reward: the
+batch it returns carries rewards, correctness and how it was sampled; dynamic sampling refills; the
+pre-rollout filter's skips are counted; positions map to the right rank's groups."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from pods.batch import Rollouts, Sampling
+from pods.data import PromptSampler
+from pods.distributed import Dist
+from pods.filter import NoFilter
+from pods.reward.registry import RewardOutput
+from pods.rollout.collect import CollectSettings, RolloutCollector, useful_groups
+from pods.timing import PhaseTimer
+
+# prompt i's completions: "1" (right) or "0" (wrong); prompts 0-3 all right, 4-7 all wrong, 8+ mixed
+PROMPTS = [f"q{i}" for i in range(16)]
+
+
+class FakeBackend:
+    pad_id, reads_policy = 0, None
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, prompt_ids, n, temperature, top_p=1.0, top_k=0, add_special_tokens=False):
+        self.calls.append((list(prompt_ids), n, temperature, top_p, top_k, add_special_tokens))
+        texts = [("1" if p < 4 or (p >= 8 and j % 2) else "0") for p in prompt_ids for j in range(n)]
+        B = len(texts)
+        return Rollouts(
+            input_ids=torch.ones(B, 3, dtype=torch.long),
+            attention_mask=torch.ones(B, 3, dtype=torch.long),
+            prompt_len=2,
+            completion_mask=torch.ones(B, 1, dtype=torch.long),
+            texts=texts,
+            prompt_ids=list(prompt_ids),
+            group_size=n,
+            sampling=Sampling(temperature, top_p, top_k),
+        )
+
+
+def reward(texts, golds):
+    ok = [float(t == g) for t, g in zip(texts, golds)]
+    return RewardOutput(total=ok, correct=ok, terms={"accuracy": ok})
+
+
+def collector(dynamic: bool, prefilter=None, want: int = 4, order=None):
+    s = CollectSettings(want, 4, Sampling(0.7, 0.9, 5), dynamic_sampling=dynamic, max_rounds=6)
+    sampler = PromptSampler(len(PROMPTS), seed=0)
+    if order is not None:  # a fixed draw order
+        draws = iter(order)
+        sampler.next = lambda k: [(next(draws), 0) for _ in range(k)]
+    dist = Dist(SimpleNamespace(hardware=SimpleNamespace(distributed="none")), torch.device("cpu"))
+    backend = FakeBackend()
+    c = RolloutCollector(
+        s, sampler, prefilter or NoFilter(), backend, reward, PROMPTS, ["1"] * 16, PhaseTimer(), dist
+    )
+    return c, backend
+
+
+def test_one_round_returns_the_batch_with_rewards_correctness_and_sampling():
+    c, backend = collector(dynamic=False, order=[0, 4, 8, 9])
+    batch, stats = c.collect()
+    assert batch.prompt_ids == [0, 4, 8, 9] and batch.group_size == 4
+    assert batch.rewards.tolist() == [[1.0] * 4, [0.0] * 4, [0, 1, 0, 1], [0, 1, 0, 1]]
+    assert torch.equal(batch.correct, batch.rewards)
+    assert batch.sampling == Sampling(0.7, 0.9, 5)
+    assert backend.calls == [([0, 4, 8, 9], 4, 0.7, 0.9, 5, False)]
+    assert (stats.rounds, stats.drawn, stats.rollouts, stats.dropped_zero_var) == (1, 4, 16, 0)
+    m = stats.metrics(c.dist, 4)
+    assert m["reward/mean"] == 0.5 and m["rollout/groups"] == 4 and m["reward/accuracy"] == 0.5
+
+
+def test_dynamic_sampling_drops_flat_groups_and_refills():
+    # round 1 draws ceil(4 / 1 * 1.25) = 5 prompts: 0, 4 (flat), 8, 9, 10 -> 3 useful; round 2 needs 1 more
+    c, _ = collector(dynamic=True, order=[0, 4, 8, 9, 10, 1, 11, 12, 13, 14, 15])
+    batch, stats = c.collect()
+    assert batch.prompt_ids == [8, 9, 10, 11]
+    assert all(r.max() > r.min() for r in batch.rewards)  # only groups with variance are trained on
+    # round 2: ratio 0.5 * 2/5 = 0.2 -> ceil(1 / 0.8 * 1.25) = 2 prompts: 1 (flat), 11 (useful)
+    assert stats.rounds == 2 and stats.dropped_zero_var == 3 and stats.generated_groups == 7
+    assert c.zero_var_ratio > 0
+
+
+def test_prefilter_skips_are_counted_and_never_generated():
+    class SkipEven(NoFilter):
+        def keep(self, prompt_ids, epoch):
+            return [p % 2 == 1 for p in prompt_ids]
+
+    c, backend = collector(dynamic=False, prefilter=SkipEven(), order=list(range(16)))
+    batch, stats = c.collect()
+    assert batch.prompt_ids == [1, 3, 5, 7] and stats.skipped == 4 and stats.drawn == 8
+    assert all(p % 2 for call in backend.calls for p in call[0])
+
+
+def test_useful_groups_and_rank_positions():
+    r = torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    assert useful_groups(r, 5) == [1, 3, 4] and useful_groups(r, 2) == [1, 3]
+    d = Dist(SimpleNamespace(hardware=SimpleNamespace(distributed="none")), torch.device("cpu"))
+    d.world = 2  # 5 items sharded: rank 0 holds items 0, 2, 4 (gathered positions 0-2), rank 1 items 1, 3
+    d.rank = 0
+    assert d.local_positions([1, 3, 4], 5) == [1]
+    d.rank = 1
+    assert d.local_positions([1, 3, 4], 5) == [0, 1]
