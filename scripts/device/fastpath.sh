@@ -12,7 +12,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/scripts OMP_NUM_THREADS=4
 R=/tmp/fastpath; mkdir -p $R; T=${BUDGET:-530}
 job() { local gpu=$1 name=$2; shift 2; echo "$(date +%T) start $name"
   CUDA_VISIBLE_DEVICES=$gpu timeout $T "$@" > $R/$name.log 2>&1; echo "$(date +%T) $name rc=$?" | tee -a $R/status; }
-train() { python3 -m pods.train "$@" eval.at_start=false eval.at_end=false eval.every_steps=0 checkpoint.save_final=false; }
+NOEVAL="eval.at_start=false eval.at_end=false eval.every_steps=0 checkpoint.save_final=false"
 (job 0 trl_full python3 scripts/bench_trl.py --steps 4 --trl-fp32 --out $R/bench_trl_cuda) & P0=$!
 (job 1 trl_lora python3 scripts/bench_trl.py --steps 4 --lora --out $R/bench_trl_cuda_lora) & P1=$!
 (job 2 trl_3b python3 scripts/bench_trl.py --steps 4 --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
@@ -20,7 +20,7 @@ train() { python3 -m pods.train "$@" eval.at_start=false eval.at_end=false eval.
 (job 3 build python3 -m scripts.build_headline_model --out /tmp/headline_model --steps 550
  job 3 update python3 scripts/bench_update.py --out $R/bench_update
  for v in "none 16 16" "max_variance 64 16"; do set -- $v
-   job 3 h_$1 train model=headline model.path=/tmp/headline_model dataset=arithmetic_local hardware=gpu \
+   job 3 h_$1 python3 -m pods.train $NOEVAL model=headline model.path=/tmp/headline_model dataset=arithmetic_local hardware=gpu \
      selector=$1 selector.n=$2 selector.m=$3 algo.prompts_per_step=8 optim.lr=1e-5 max_steps=40 \
      hydra.run.dir=$R/h_$1; done
  job 3 decode python3 scripts/bench_decode.py --out $R/bench_decode) &
