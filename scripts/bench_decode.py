@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import torch
-from bench_gpu import add_model_args, build_model_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pods.bench import add_model_args, build_model_dir
 from pods.rollout.hf import HFGenerator
 
 

@@ -6,6 +6,9 @@ checkpoints off) for --steps steps per setting; the first is warm-up and dropped
 samples EOS, so completions run (nearly) the full --completion-len tokens: the mean is reported. The reward
 is a hash of the completion text (0/1), so groups have variance and the update always runs.
 
+The model, tokenizer, data, config and timed Trainer run are shared with bench_trl.py and bench_decode.py
+and live in pods/bench.py.
+
 Per setting: mean seconds per phase (pods' timing/*; "step" is their sum, the training clock), generation
 tokens/s, update tokens/s (prompt + completion tokens of the rows trained), update MFU against a measured
 bf16 matmul peak, peak GPU memory; then the step-time ratios PODS / GRPO(n=64) and PODS / GRPO(n=16).
@@ -22,249 +25,24 @@ gradient-checkpointing recompute. Results are saved after each setting (results.
 from __future__ import annotations
 
 import argparse
-import gc
-import hashlib
 import json
-import os
-import random
-import string
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from pods.callbacks import Callback
-from pods.config import register_schema, validate
-from pods.reward import register_reward
-from pods.trainer import Trainer
+from pods.bench import (
+    add_model_args,
+    build_model_dir,
+    matmul_peak_flops,
+    pods_cfg,
+    run_pods,
+    set_threads,
+    write_data,
+)
 
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
 # name -> (selector, n, m)
 SETTINGS = {"grpo16": ("none", 16, 16), "pods64": ("max_variance", 64, 16), "grpo64": ("none", 64, 64)}
-WORDS = ["please", "add", "the", "numbers", "carefully", "then", "explain", "each", "step", "and", "answer"]
-
-
-@register_reward("bench_hash")
-def bench_hash(completions: list[str], answers: list[str] | None = None, **kw) -> list[float]:
-    """A deterministic coin per completion text, so groups of distinct completions have reward variance.
-
-    >>> bench_hash(["a", "b", "c", "d"])
-    [0.0, 0.0, 1.0, 1.0]
-    """
-    return [float(hashlib.blake2b(c.encode(), digest_size=8).digest()[0] & 1) for c in completions]
-
-
-# --- model, tokenizer, data ---------------------------------------------------------------------
-
-
-def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """One token per character; filler tokens `<i>` fill the model's vocabulary so that every sampled id
-    decodes to text (otherwise most of a random model's completion would decode to nothing)."""
-    base = ["<pad>", "<eos>", "<unk>"] + list(string.printable)
-    vocab = {t: i for i, t in enumerate(base)}
-    vocab.update({f"<{i}>": i for i in range(len(base), vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-
-
-def build_model_dir(args, root: Path) -> Path:
-    """A random Qwen2 of the requested shape plus the tokenizer, saved where `model.path` can point."""
-    heads = args.heads or max(args.hidden // 64, 1)
-    kv = args.kv_heads or max(heads // 7, 1)
-    tok = build_tokenizer(args.vocab)
-    cfg = Qwen2Config(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        intermediate_size=args.intermediate or int(args.hidden * 38 / 7),  # 896 -> 4864 as in Qwen2.5-0.5B
-        num_hidden_layers=args.layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if args.device == "cuda" else torch.float32)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    path = root / "model"
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-def write_data(root: Path) -> tuple[Path, Path]:
-    """train/eval .jsonl of arithmetic-looking questions of 60-100 characters (= tokens here)."""
-    paths, rng = (root / "train.jsonl", root / "eval.jsonl"), random.Random(1)
-    for path, count in zip(paths, [256, 8]):
-        rows = []
-        for _ in range(count):
-            a, b, target = rng.randint(10, 999), rng.randint(10, 999), rng.randint(60, 100)
-            q = f"What is {a} + {b}?"
-            while len(q) < target:
-                q += " " + rng.choice(WORDS)
-            rows.append(json.dumps({"question": q[:target], "answer": str(a + b)}) + "\n")
-        path.write_text("".join(rows))
-    return paths
-
-
-# --- measurement --------------------------------------------------------------------------------
-
-
-def matmul_peak_flops(device: str) -> float:
-    """Measured dense matmul FLOP/s: bf16 8192^3 on a GPU, fp32 1024^3 on a CPU."""
-    size, dtype, iters = (8192, torch.bfloat16, 30) if device == "cuda" else (1024, torch.float32, 5)
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    return 2 * size**3 * iters / (time.perf_counter() - t0)
-
-
-def set_threads(threads: int) -> None:
-    """On a small loaded CPU one thread can be many times faster than torch's default (no spin-waits)."""
-    if threads > 0:
-        torch.set_num_threads(threads)
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, selector: str, n: int, m: int):
-    """The composed pods config for one setting, as `python -m pods.train` would build it."""
-    # model=qwen2.5-0.5b brings the paper's hyperparameters (lr 5e-6, grad clip 0.1, temperature 0.9)
-    overrides = f"""run_dir={run_dir} model=qwen2.5-0.5b model.name=bench model.path={model_dir}
-        model.use_chat_template=false model.max_completion_len={args.completion_len}
-        dataset=arithmetic dataset.name=bench dataset.source=local dataset.task={data[0]}
-        dataset.eval_task={data[1]} dataset.train_size=0 dataset.eval_size=0
-        selector={selector} selector.n={n} selector.m={m} rollout=hf logger=none
-        hardware={"gpu" if args.device == "cuda" else "cpu"} hardware.lora={args.lora}
-        algo.prompts_per_step={args.prompts_per_step} max_steps={args.steps} eval.at_start=false
-        eval.at_end=false eval.every_steps=0 checkpoint.every_steps=0 checkpoint.save_final=false""".split()
-    if args.micro_batch_size:
-        overrides.append(f"hardware.micro_batch_size={args.micro_batch_size}")
-    if args.gradient_checkpointing is not None:
-        overrides.append(f"hardware.gradient_checkpointing={args.gradient_checkpointing}")
-    register_schema()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    cfg.reward.weights = {"bench_hash": 1.0}
-    validate(cfg)
-    return cfg
-
-
-class PeakMemory:
-    """Memory a block adds at its peak: the CUDA allocator's peak above its start on a GPU; on a CPU the
-    peak growth of the process RSS, sampled every 20 ms (rough)."""
-
-    def __init__(self, device: str):
-        self.device = device
-
-    def _now(self) -> int:
-        return torch.cuda.memory_allocated() if self.device == "cuda" else rss()
-
-    def __enter__(self):
-        gc.collect()
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        self.base = self.peak = self._now()  # what earlier runs left, if anything, is not counted
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def _poll(self):
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, self._now())
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        peak = torch.cuda.max_memory_allocated() if self.device == "cuda" else max(self.peak, rss())
-        self.gib, self.start_gib = (peak - self.base) / 2**30, self.base / 2**30
-
-
-def rss() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class StepClock:
-    """Wall and process-CPU seconds of repeated blocks (CUDA synchronised at both ends). On a loaded CPU
-    the CPU seconds are the steadier number: time spent waiting for a core is not counted."""
-
-    def __init__(self, device: str):
-        self.device, self.wall, self.cpu = device, [], []
-
-    def start(self) -> None:
-        sync(self.device)
-        self._t0 = time.perf_counter(), time.process_time()
-
-    def stop(self) -> None:
-        sync(self.device)
-        self.wall.append(time.perf_counter() - self._t0[0])
-        self.cpu.append(time.process_time() - self._t0[1])
-
-
-def wait_for_grader(trainer) -> None:
-    """pods' reward grader boots a spare math-verify worker in the background (~1 s of CPU); on a 2-core
-    machine it would slow the first timed steps 2x. A start-up cost, not a per-step one: wait it out."""
-    trainer.reward_fn.grader.wait_ready(120)
-
-
-class TimedSteps(Callback):
-    """Wall and CPU seconds of every step, through the trainer's callback hooks."""
-
-    def __init__(self, device: str):
-        self.clock = StepClock(device)
-
-    def on_step_start(self, trainer) -> None:
-        self.clock.start()
-
-    def on_step_end(self, trainer, record: dict) -> None:
-        self.clock.stop()
-
-
-def run_pods(cfg, device: str) -> dict:
-    """Train cfg.max_steps steps with the real Trainer; returns its metrics plus per-step wall time,
-    peak memory and parameter counts."""
-    timed = TimedSteps(device)
-    clock = timed.clock
-    with PeakMemory(device) as mem:
-        trainer = Trainer(cfg, Path(cfg.run_dir), callbacks=[timed])
-        wait_for_grader(trainer)
-        trainer.train()
-    params = list(trainer.model.parameters())
-    out = {
-        "records": [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()],
-        "wall_steps": clock.wall,
-        "cpu_steps": clock.cpu,
-        "peak_mem_gib": mem.gib,
-        "start_mem_gib": mem.start_gib,
-        "trainable_params": sum(p.numel() for p in params if p.requires_grad),
-        "frozen_params": sum(p.numel() for p in params if not p.requires_grad),
-    }
-    trainer.reward_fn.close()
-    return out
 
 
 def summarize(run: dict, peak_flops: float) -> dict:
@@ -328,25 +106,6 @@ def ratios(s: dict) -> dict:
         if a in s and b in s:
             out[f"{a}/{b}"] = s[a]["step_s"] / s[b]["step_s"]
     return out
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Model shape and training flags shared with bench_trl.py (defaults: Qwen2.5-0.5B's shape)."""
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--layers", type=int, default=24)
-    p.add_argument("--hidden", type=int, default=896)
-    p.add_argument("--heads", type=int, default=0, help="0: hidden / 64")
-    p.add_argument("--kv-heads", type=int, default=0, help="0: heads / 7")
-    p.add_argument("--intermediate", type=int, default=0, help="0: hidden * 38 / 7")
-    p.add_argument("--vocab", type=int, default=151936)
-    p.add_argument("--completion-len", type=int, default=512)
-    p.add_argument("--steps", type=int, default=6, help="per run; the first is warm-up")
-    p.add_argument("--micro-batch-size", type=int, default=0, help="0: the hardware profile's")
-    p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument(
-        "--lora", action="store_true", help="LoRA r=64 on all linear layers (as hardware=gpu_lora)"
-    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:

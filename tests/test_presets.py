@@ -111,3 +111,28 @@ def test_debug_both_spellings_and_last(make_cfg, spelling):
     assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(
         make_cfg(spelling, "+variant=pods", "+scale=cpu", "+experiment=greso")
     )
+
+
+HUB_MODELS = ["llama3.2-3b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"]
+
+
+def test_hub_model_presets_differ_only_in_name_and_path(make_cfg):
+    """The shared part lives once (conf/model/shared/hub.yaml): the paper's single-GPU setting."""
+    cfgs = {m: OmegaConf.to_container(make_cfg(f"model={m}"), resolve=True) for m in HUB_MODELS}
+    for m, c in cfgs.items():
+        assert c["model"].pop("name") == m and c["model"].pop("path")
+    first = cfgs[HUB_MODELS[0]]
+    assert all(c == first for c in cfgs.values())
+    assert first["model"]["lora"]["r"] == 64 and first["model"]["max_completion_len"] == 512
+    assert first["optim"]["lr"] == 5e-6 and first["rollout"]["temperature"] == 0.9
+    assert first["algo"]["prompts_per_step"] == 1
+
+
+@pytest.mark.parametrize("variant", options("variant"))
+def test_variant_states_only_what_differs_from_its_selector(make_cfg, variant):
+    """A variant picks a selector and sets only the values that selector does not already have."""
+    defaults = OmegaConf.load(CONF / "variant" / f"{variant}.yaml").defaults
+    (selector,) = [d["override /selector"] for d in defaults if "override /selector" in d]
+    base = make_cfg(f"selector={selector}")
+    restated = {k: v for k, v in leaves("variant", variant).items() if value(base, k) == v}
+    assert not restated, f"variant={variant} restates selector={selector}'s defaults: {restated}"

@@ -8,7 +8,7 @@
 # Run from the repo root on the lent machine:  bash scripts/device/fastpath.sh   (results: $OUT/fastpath.tgz)
 set -o pipefail
 source scripts/device/setup.sh || exit 1
-export PYTHONPATH=$PYTHONPATH:$PWD/scripts OMP_NUM_THREADS=4
+export OMP_NUM_THREADS=4
 R=/tmp/fastpath; mkdir -p $R; T=${BUDGET:-530}
 job() { local gpu=$1 name=$2; shift 2; echo "$(date +%T) start $name"
   CUDA_VISIBLE_DEVICES=$gpu timeout $T "$@" > $R/$name.log 2>&1; echo "$(date +%T) $name rc=$?" | tee -a $R/status; }

@@ -4,7 +4,7 @@
 #   then the 10.7M headline policy on the easy chain sums, GRPO 16/16 vs PODS 64/16, 30 steps each, alone.
 set -o pipefail
 source scripts/device/setup.sh || exit 1
-export PYTHONPATH=$PYTHONPATH:$PWD/scripts OMP_NUM_THREADS=8
+export OMP_NUM_THREADS=8
 R=/tmp/one_gpu; mkdir -p $R
 timeout 380 python3 scripts/bench_trl.py --steps 3 --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
   --intermediate 11008 --gradient-checkpointing --out $R/bench_trl_cuda_3b_lora > $R/trl_3b.log 2>&1

@@ -1,13 +1,11 @@
-"""scripts/phase_totals.py: per-variant means over seeds of per-run totals, from metrics.jsonl."""
+"""pods.analysis.phases: per-variant means over seeds of per-run totals, from metrics.jsonl."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from pods.analysis.phases import main
 
 
 def _run(d: Path, steps: list[dict]) -> None:
@@ -17,18 +15,13 @@ def _run(d: Path, steps: list[dict]) -> None:
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
-def test_means_over_seeds_of_run_totals(tmp_path):
+def test_means_over_seeds_of_run_totals(tmp_path, capsys):
     step = {"rollout/rollouts": 16, "filter/skipped": 1, "timing/generation": 0.5, "timing/update": 0.25}
     _run(tmp_path / "greso-n16-m16-s1", [step, step])  # totals: 32 rollouts, 2 skipped, 1.0 s gen
     _run(tmp_path / "greso-n16-m16-s2", [step, step, step, step])  # 64 rollouts, 4 skipped, 2.0 s gen
     _run(tmp_path / "none-n16-m16-s1", [{"rollout/rollouts": 16, "timing/generation": 0.25}])
-    out = subprocess.run(
-        [sys.executable, "scripts/phase_totals.py", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    main([str(tmp_path)])
+    out = capsys.readouterr().out
     rows = {
         line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines() if "-n16-" in line
     }
