@@ -322,6 +322,11 @@ def validate(cfg: Any) -> None:
     _at_least("rollout.top_k", r.top_k, 0, " (0 = off)")
     _at_least("rollout.batch_size", r.batch_size, 1)
     _choice("rollout.compile", str(r.compile).lower(), ["auto", "true", "false"])
+    if str(r.compile).lower() == "true" and h.load_in_4bit:
+        raise ConfigError(
+            "rollout.compile=true needs a bf16 copy of the weights, which a 4-bit base "
+            "(hardware.load_in_4bit=true) cannot give; use rollout.compile=auto or false"
+        )
     _at_least("rollout.prompt_bucket", r.prompt_bucket, 1)
 
     m = cfg.model

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED: the script of the earlier headline attempts (results/headline/superseded/), kept so they can be
+# re-run; +scale=gpu has since moved to the pre-registered setting. The current headline: scripts/device/headline.sh.
 # The GPU headline in one call on one GPU: build the policy, then run every variant x seed concurrently
 # (equal training-clock budgets), then archive the metrics. Run on a lent GPU machine from the repo root:
 #   bash scripts/headline.sh            # writes $OUT (or outputs/headline): build.log, sft_eval.json, sweep.tgz

@@ -7,9 +7,12 @@ from pods.rollout.hf import HFGenerator
 
 def use_compiled(cfg, device) -> bool:
     """rollout.compile: auto = on for CUDA (decoding small batches is launch-bound there), off on CPU
-    (measured no faster there, and compiling costs tens of seconds)."""
+    (compiling costs tens of seconds; not measured faster there) and with a 4-bit base (its packed weights
+    cannot be copied into the bf16 generation copy)."""
     choice = str(cfg.rollout.compile).lower()
-    return device.type == "cuda" if choice == "auto" else choice == "true"
+    if choice == "auto":
+        return device.type == "cuda" and not cfg.hardware.load_in_4bit
+    return choice == "true"
 
 
 def build_generator(cfg, model, tokenizer, device, timer=None):

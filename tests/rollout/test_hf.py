@@ -134,3 +134,13 @@ def test_generation_copy_merges_lora(tiny):
         want, got = peft_model(input_ids=ids).logits, g.decoder(input_ids=ids).logits
     assert torch.allclose(want, got, atol=1e-4)
     assert not any("lora" in n for n, _ in g.decoder.named_parameters())
+
+
+def test_compile_auto_is_on_for_cuda_only_and_never_with_a_4bit_base(make_cfg):
+    from pods.rollout import use_compiled
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert not use_compiled(make_cfg(), cpu) and use_compiled(make_cfg(), cuda)
+    assert not use_compiled(make_cfg("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
+    assert use_compiled(make_cfg("rollout.compile=true"), cpu)
+    assert not use_compiled(make_cfg("rollout.compile=false"), cuda)
