@@ -70,6 +70,21 @@ def write_run_info(cfg, run_dir: Path, data: dict, world: int, threads: int, is_
     return info
 
 
+def progress_bar(cfg, clock: float, step: int, name: str, disable: bool):
+    """A run bounded by its training clock shows clock seconds, one bounded by steps shows steps."""
+    from tqdm.auto import tqdm
+
+    by_time = cfg.max_train_time > 0
+    return tqdm(
+        total=round(cfg.max_train_time) if by_time else cfg.max_steps,
+        initial=round(clock) if by_time else step,
+        unit="s" if by_time else "step",
+        desc=name,
+        dynamic_ncols=True,
+        disable=disable,
+    )
+
+
 STEP_METRIC = "train/clock"  # the training clock in seconds: metrics.jsonl's train_time
 
 

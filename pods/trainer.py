@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from tqdm.auto import tqdm
 
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
@@ -34,7 +33,7 @@ from pods.selection import downsample
 from pods.selection.diagnostics import selection_metrics
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
-from pods.tracking import MetricsLogger, write_run_info
+from pods.tracking import MetricsLogger, progress_bar, write_run_info
 from pods.update import kept_advantages
 from pods.update.optim import build_optimizer
 from pods.update.step import UpdateSettings, policy_update
@@ -102,7 +101,7 @@ class Trainer:
         c = self.cfg
         if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
             self.evaluate()
-        bar = self._progress_bar()
+        bar = progress_bar(c, self.timer.train_clock, self.step, self.run_info["name"], not self.dist.is_main)
         while not self.done():
             for cb in self.callbacks:
                 cb.on_step_start(self)
@@ -241,15 +240,3 @@ class Trainer:
         self.collector.zero_var_ratio = st["zero_var_ratio"]
         self.step, self.last_eval_step = st["step"], plan["last_eval_step"]
         return self.step
-
-    def _progress_bar(self):
-        """A run bounded by its training clock shows clock seconds, one bounded by steps shows steps."""
-        by_time = self.cfg.max_train_time > 0
-        return tqdm(
-            total=round(self.cfg.max_train_time) if by_time else self.cfg.max_steps,
-            initial=round(self.timer.train_clock) if by_time else self.step,
-            unit="s" if by_time else "step",
-            desc=self.run_info["name"],
-            dynamic_ncols=True,
-            disable=not self.dist.is_main,
-        )
