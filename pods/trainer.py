@@ -239,4 +239,5 @@ class Trainer:
         self.eval_every.next_time, self.ckpt_every.next_time = st["next_eval"], st["next_ckpt"]
         self.collector.zero_var_ratio = st["zero_var_ratio"]
         self.step, self.last_eval_step = st["step"], plan["last_eval_step"]
+        self.generator.sync_weights(self.model)  # a generation copy still holds the weights from before
         return self.step

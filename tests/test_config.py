@@ -74,7 +74,10 @@ def test_selector_n_m_sweepable(make_cfg):
             "hardware.distributed='mpi' is not valid; allowed values: none, ddp, fsdp",
         ),
         (["hardware.num_threads=-1"], "hardware.num_threads=-1: must be >= 0"),
-        (["rollout.compile=maybe"], "rollout.compile='maybe' is not valid; allowed values: auto, true, false"),
+        (
+            ["rollout.compile=maybe"],
+            "rollout.compile='maybe' is not valid; allowed values: auto, true, false",
+        ),
         (["rollout.prompt_bucket=0"], "rollout.prompt_bucket=0 must be >= 1"),
         (["hardware.micro_batch_tokens=-1"], "hardware.micro_batch_tokens=-1 must be >= 0"),
         (

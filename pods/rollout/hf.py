@@ -17,6 +17,7 @@ Two paths, one sampling distribution:
 from __future__ import annotations
 
 import math
+import re
 import time
 from contextlib import nullcontext
 
@@ -74,6 +75,9 @@ class _StopRows(StoppingCriteria):
         return self.done
 
 
+_PEFT_PREFIX = "base_model.model."
+
+
 def _unwrap(model):
     """The plain transformers model under DDP / peft wrappers (its config, its parameter names)."""
     model = getattr(model, "module", model)
@@ -102,35 +106,78 @@ class GenerationCopy:
             )
         self.model.to(device).eval().requires_grad_(False)
         self.model.generation_config = base.generation_config
+        if "lm_head.weight" in self._merged(model) and "lm_head.weight" not in dict(
+            self.model.named_parameters()
+        ):
+            # an adapter on a tied head: the copy needs a head of its own (base embedding + the head's delta)
+            self.model.lm_head.weight = torch.nn.Parameter(self.model.lm_head.weight.detach().clone(), False)
+            self.model.config.tie_word_embeddings = False
         self._synced_frozen = False
         self.sync(model)
 
+    @staticmethod
+    @torch.no_grad()
+    def _merged(model) -> dict[str, torch.Tensor]:
+        """peft: parameter name -> base weight + the deltas of the active LoRA adapters, per adapted layer."""
+        model = getattr(model, "module", model)  # DDP
+        if not hasattr(model, "get_base_model"):
+            return {}
+        if any(getattr(c, "use_dora", False) for c in getattr(model, "peft_config", {}).values()):
+            raise ValueError(
+                "rollout.compile: a DoRA adapter cannot be merged here; use rollout.compile=false"
+            )
+        out = {}
+        for name, mod in model.named_modules():
+            if not (hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer")):
+                continue
+            w = _full(mod.get_base_layer().weight).float()
+            if not getattr(mod, "disable_adapters", False):
+                for adapter in mod.active_adapters:
+                    if adapter in getattr(mod, "lora_A", {}) or adapter in getattr(
+                        mod, "lora_embedding_A", {}
+                    ):
+                        w = w + mod.get_delta_weight(adapter).float()
+            out[name.removeprefix(_PEFT_PREFIX) + ".weight"] = w
+        return out
+
+    @staticmethod
+    def _plain_names(model) -> dict[str, torch.Tensor]:
+        """Training parameters under the names a plain transformers model gives them (peft wrappers, its
+        base_layer and modules_to_save copies mapped back; the frozen original of a saved module left out)."""
+        model = getattr(model, "module", model)  # DDP
+        if not hasattr(model, "get_base_model"):
+            return dict(model.named_parameters())
+        out = {}
+        for n, p in model.named_parameters():
+            if ".original_module." in n or ".lora_" in n:  # adapters reach the copy merged (_merged)
+                continue
+            n = re.sub(r"\.modules_to_save\.[^.]+\.", ".", n.removeprefix(_PEFT_PREFIX))
+            out[n.replace(".base_layer", "")] = p
+        return out
+
     @torch.no_grad()
     def sync(self, model) -> None:
-        model = getattr(model, "module", model)  # DDP
-        lora = {}
-        if hasattr(model, "get_base_model"):  # peft: module name -> merged weight of each adapted layer
-            prefix = "base_model.model."
-            for name, mod in model.named_modules():
-                if hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer"):
-                    w = _full(mod.get_base_layer().weight).float()
-                    for adapter in mod.active_adapters:
-                        w = w + mod.get_delta_weight(adapter).float()
-                    lora[name.removeprefix(prefix) + ".weight"] = w
-            params = {
-                n.removeprefix(prefix).replace(".base_layer", ""): p for n, p in model.named_parameters()
-            }
-        else:
-            params = dict(model.named_parameters())
+        """Copy the policy's current weights into the generation copy, in place. Every training weight must
+        land somewhere: a weight the copy has no place for is an error, not a silent divergence."""
+        lora, params = self._merged(model), self._plain_names(model)
+        used = set()
         for name, dst in self.model.named_parameters():
             if name in lora:
                 dst.copy_(lora[name])
+                used.add(name)
                 continue
             src = params.get(name)
             if src is None:
                 raise KeyError(f"generation copy: no training parameter named {name!r}")
+            used.add(name)
             if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
                 dst.copy_(_full(src.detach()))
+        lost = sorted(n for n in {*lora, *(k for k, p in params.items() if p.requires_grad)} if n not in used)
+        if lost:
+            raise ValueError(
+                f"generation copy: trained weights {lost[:4]} have no place in the copy (tied or renamed "
+                "modules); use rollout.compile=false"
+            )
         self._synced_frozen = True
 
 

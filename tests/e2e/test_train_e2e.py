@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -45,8 +46,10 @@ def test_smoke_run_writes_metrics_and_changes_parameters(make_cfg, tmp_path):
     assert changed, "no parameter changed"
 
 
-def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_path):
+@pytest.mark.parametrize("compiled", ["false", "true"])  # true: the generation copy must follow the resume
+def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_path, compiled):
     common = [*SMOKE, "max_steps=4", "selector=greso_max_variance", "selector.n=8", "selector.m=4"]
+    common.append(f"rollout.compile={compiled}")
     full = make_cfg(*common, run_dir=tmp_path / "full")
     run(full)
     # interrupted: stop after step 2 (checkpoint), then resume to step 4

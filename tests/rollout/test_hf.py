@@ -118,16 +118,25 @@ def test_generation_copy_follows_the_policy(tiny):
     assert dict(g.decoder.named_parameters())[name].data_ptr() == copy[name].data_ptr()  # updated in place
 
 
-def test_generation_copy_merges_lora(tiny):
+@pytest.mark.parametrize(
+    "lora_kw",
+    [
+        {"target_modules": ["q_proj", "up_proj"]},
+        {"target_modules": ["q_proj", "lm_head"]},  # an adapter on the tied head: the copy unties it
+        {"target_modules": ["q_proj"], "modules_to_save": ["input_layernorm"]},
+    ],
+    ids=["linear", "tied-head", "modules-to-save"],
+)
+def test_generation_copy_merges_lora(tiny, lora_kw):
     from peft import LoraConfig, get_peft_model
 
     model, tok = tiny
     base = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "up_proj"]))
-    with torch.no_grad():  # a non-zero adapter (B starts at 0)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, **lora_kw))
+    with torch.no_grad():  # a non-zero adapter (B starts at 0), a changed saved module
         for n, p in peft_model.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.05)
+            if "lora_B" in n or "modules_to_save" in n:
+                p.normal_(1.0 if "modules_to_save" in n else 0.0, 0.05)
     g = HFGenerator(peft_model, tok, "cpu", 8, 8, compiled=True, dtype=torch.float32, max_prompt_len=64)
     ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"]
     with torch.no_grad():
