@@ -19,12 +19,16 @@ class PromptSet:
     report: DataReport  # rows read, kept, and bad rows by reason
 
 
-def length_checked(examples, fmt, tok, limit: int, report: DataReport, on_bad_rows: str) -> PromptSet:
-    """Format each example; drop (and count) prompts longer than `limit` tokens, or refuse under `error`."""
+def length_checked(
+    examples, fmt, tok, limit: int, report: DataReport, on_bad_rows: str, add_special_tokens: bool = False
+) -> PromptSet:
+    """Format each example; drop (and count) prompts longer than `limit` tokens, or refuse under `error`.
+    Tokens are counted as rollout will see them: with the tokenizer's special tokens (BOS) when
+    `add_special_tokens`, as for prompts without a chat template."""
     prompts, answers = [], []
     for ex in examples:
         p = fmt(ex)
-        if len(tok(p, add_special_tokens=False)["input_ids"]) > limit:
+        if len(tok(p, add_special_tokens=add_special_tokens)["input_ids"]) > limit:
             report.add_bad(f"prompt longer than model.max_prompt_len={limit}")
             continue
         prompts.append(p)
@@ -47,7 +51,8 @@ def load_prompt_sets(dataset, model, tok) -> tuple[PromptSet, PromptSet]:
     fmt = lambda ex: format_prompt(ex, dataset.template, dataset.system_prompt, tok, model.use_chat_template)  # noqa: E731
     out = []
     for examples, report in ((train, train_report), (evals, eval_report)):
-        ps = length_checked(examples, fmt, tok, model.max_prompt_len, report, dataset.on_bad_rows)
+        special = not model.use_chat_template  # rollout adds BOS etc. itself only without a chat template
+        ps = length_checked(examples, fmt, tok, model.max_prompt_len, report, dataset.on_bad_rows, special)
         log.info(
             "data %s: %d rows, %d kept, bad: %s", report.split, report.rows, report.kept, report.bad or "none"
         )

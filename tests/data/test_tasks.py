@@ -191,3 +191,19 @@ def test_kept_counts_prompts_left_after_the_length_filter():
     report = DataReport(split="train", rows=3, kept=3)
     prompts = length_checked(examples, lambda ex: ex.question, tok, 3, report, "skip").prompts
     assert prompts == ["a b", "a"] and report.kept == 2
+
+
+def test_length_check_counts_the_special_tokens_rollout_adds():
+    """Without a chat template rollout tokenizes with the tokenizer's special tokens (a BOS): the prompt
+    budget must count them too, or a prompt at the limit overflows it by one."""
+    from pods.data.prompts import length_checked
+    from pods.data.tasks import DataReport, Example
+
+    def tok(text, add_special_tokens=False):
+        return {"input_ids": (["<bos>"] if add_special_tokens else []) + text.split()}
+
+    examples = [Example(0, "a b c", "1"), Example(1, "a b", "2")]
+    kept = length_checked(examples, lambda ex: ex.question, tok, 3, DataReport("train"), "skip", True)
+    assert kept.prompts == ["a b"] and kept.report.bad == {"prompt longer than model.max_prompt_len=3": 1}
+    plain = length_checked(examples, lambda ex: ex.question, tok, 3, DataReport("train"), "skip", False)
+    assert plain.prompts == ["a b c", "a b"]
