@@ -70,9 +70,12 @@ def plan_micro_batches(
     return out
 
 
-def micro_view(batch: Rollouts, mb: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width)."""
-    p_len, c_len = row_lengths(batch)
+def micro_view(
+    batch: Rollouts, mb: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor], device
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width).
+    `lengths`: the batch's row_lengths, computed once per update."""
+    p_len, c_len = lengths
     pw, cw = int(p_len[mb].max()), int(c_len[mb].max())
     cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
     return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw
@@ -113,8 +116,9 @@ def batch_logprobs(
     """Log-probs of the rows of micro-batches `mbs` at the batch's sampling temperature; under lock-step
     (FSDP) `dist` runs empty forwards up to `passes` in all. A rank with no groups (batch None) returns None."""
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+    lengths = row_lengths(batch) if mbs else None
     for mb in mbs:
-        ids, am, pw, cw = micro_view(batch, mb, device)
+        ids, am, pw, cw = micro_view(batch, mb, lengths, device)
         out[mb, :cw] = completion_logprobs(model, ids, am, pw, batch.sampling.temperature).cpu()
     for _ in range(passes - len(mbs)):
         dist.empty_forward(model, device)
@@ -126,6 +130,7 @@ class _Step:
     """One optimizer step's fixed inputs, shared by its micro-batches."""
 
     batch: Rollouts
+    lengths: tuple[torch.Tensor, torch.Tensor]  # (B,) real prompt and completion tokens per row
     old: torch.Tensor | None  # (B, Lc) behaviour log-probs when mu > 1, else None (on-policy)
     ref: torch.Tensor | None  # (B, Lc) reference log-probs when beta > 0
     num_tokens: float  # loss normalisers: totals over the whole batch (all ranks)
@@ -153,7 +158,8 @@ def policy_update(
         torch.nonzero(live & (mask.sum(1) > 0)).squeeze(1) if len(adv) else torch.zeros(0, dtype=torch.long)
     )
     global_rows = dist.sum(float(len(rows)))
-    prompt_tokens = float(row_lengths(batch)[0][rows].sum()) if len(rows) else 0.0
+    lengths = row_lengths(batch) if len(rows) else None
+    prompt_tokens = float(lengths[0][rows].sum()) if len(rows) else 0.0
     stats = {
         "update/rows": global_rows,
         "update/tokens": dist.sum(float(mask[rows].sum()) if len(rows) else 0.0),
@@ -166,15 +172,13 @@ def policy_update(
         stats["update/skipped"] = 1.0
         return stats
     micro = (
-        plan_micro_batches(rows, *row_lengths(batch), us.micro_batch_size, us.micro_batch_tokens)
-        if len(rows)
-        else []
+        plan_micro_batches(rows, *lengths, us.micro_batch_size, us.micro_batch_tokens) if len(rows) else []
     )
     passes = dist.passes(len(micro))  # FSDP: every rank runs as many passes as the busiest one
     fwd = dist.forward_passes(len(micro))
     old = batch_logprobs(model, batch, micro, device, dist, fwd) if us.mu > 1 and fwd else None
     ref = batch_logprobs(ref_model, batch, micro, device) if us.beta > 0 and len(rows) else None
-    step = _Step(batch, old, ref, num_tokens, num_seqs)
+    step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
     for _ in range(us.mu):
@@ -211,7 +215,7 @@ def policy_update(
 
 def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
     b = step.batch
-    ids, am, pw, cw = micro_view(b, mb, device)
+    ids, am, pw, cw = micro_view(b, mb, step.lengths, device)
     logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature)
     loss, st = policy_loss(
         logp,
