@@ -106,9 +106,10 @@ class GenerationCopy:
             )
         self.model.to(device).eval().requires_grad_(False)
         self.model.generation_config = base.generation_config
-        if "lm_head.weight" in self._merged(model) and "lm_head.weight" not in dict(
-            self.model.named_parameters()
-        ):
+        adapted = {
+            n.removeprefix(_PEFT_PREFIX) for n, m in model.named_modules() if hasattr(m, "get_delta_weight")
+        }
+        if "lm_head" in adapted and "lm_head.weight" not in dict(self.model.named_parameters()):
             # an adapter on a tied head: the copy needs a head of its own (base embedding + the head's delta)
             self.model.lm_head.weight = torch.nn.Parameter(self.model.lm_head.weight.detach().clone(), False)
             self.model.config.tie_word_embeddings = False
