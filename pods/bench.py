@@ -126,6 +126,14 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def save_results(out: Path, results: dict, markdown: str) -> None:
+    """A benchmark's output: results.json (every number) and results.md (its table) in `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(markdown)
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.bench import add_model_args, build_model_dir
+from pods.bench import add_model_args, build_model_dir, save_results
 from pods.rollout.hf import HFGenerator
 
 
@@ -118,10 +118,7 @@ def main() -> None:
             f"| {r['batch']} | {r['dynamic_ms']:.2f} | {r['compiled_ms']:.2f} | {r['speedup']:.1f}x | "
             f"{r['x_limit']:.1f}x | {r['compile_s']:.0f} |"
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(res, indent=2))
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    save_results(Path(args.out), res, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

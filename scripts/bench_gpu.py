@@ -25,7 +25,6 @@ gradient-checkpointing recompute. Results are saved after each setting (results.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from pods.bench import (
     matmul_peak_flops,
     pods_cfg,
     run_pods,
+    save_results,
     set_threads,
     write_data,
 )
@@ -118,9 +118,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def save(results: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "results.md").write_text(markdown(results))
+    save_results(out, results, markdown(results))
 
 
 def main(argv=None) -> None:

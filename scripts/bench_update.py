@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from pods.batch import Rollouts
+from pods.bench import save_results, sync
 from pods.config import TrainConfig
 from pods.distributed import Dist
 from pods.models import autocast
@@ -37,11 +38,6 @@ def synthetic_batch(rows: int, lp: int, lc: int, vocab: int) -> Rollouts:
     am = torch.cat([torch.ones(rows, lp, dtype=torch.long), cmask], 1)
     adv = torch.where(torch.rand(rows, generator=g) < 0.5, -1.0, 1.0)
     return Rollouts(ids, am, lp, cmask, [""] * rows, list(range(rows // 16)), 16, advantages=adv)
-
-
-def sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dict:
@@ -65,11 +61,11 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
     dist = Dist(cfg, device)
     times = []
     for i in range(repeats + 3):  # 3 warm-ups
-        sync(device)
+        sync(device.type)
         t0 = time.perf_counter()
         with autocast(cfg, device):
             stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(cfg), device, dist)
-        sync(device)
+        sync(device.type)
         if i >= 3:
             times.append((time.perf_counter() - t0) * 1e3)
     return {
@@ -123,10 +119,7 @@ def main() -> None:
     ]
     for name, r in res["runs"].items():
         lines.append(f"| {name} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | {r['max_ms']:.1f} |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(res, indent=2))
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    save_results(Path(args.out), res, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
