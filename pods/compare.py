@@ -8,9 +8,12 @@ Inputs may mix run dirs, sweep dirs (run dirs up to 3 levels down), W&B panel
 exports (*.csv) and long tables (*.csv, *.jsonl, *.json with run or variant+seed,
 x, value). Prints the Markdown table and writes summary.md, summary.csv and
 <metric>_vs_{time,step,rollouts}.png into --out. The default rule is the paper's
-(99% of the baseline's mean-curve peak, each checkpoint read at its nearest eval);
---rule strict, --threshold, --reference and --time-read say otherwise, and every
-output names the rule, the grid and its unit, the window and the runs it used.
+as its authors' scripts read runs: each checkpoint T takes the eval nearest to it
+however far it lies, seeds are averaged at each T, the threshold is 99% of the
+baseline's mean-curve maximum over T > 0 in the window, a time is the first T > 0
+at or above it. --rule strict, --threshold, --reference, --time-read and --max-gap
+say otherwise, and every output names the rule, the grid and its unit, the window,
+the max gap and the runs it used.
 A bad or ambiguous input is refused in one line on stderr, exit 2.
 """
 
@@ -55,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "last eval at-or-before (strict), or interpolate",
     )
     p.add_argument(
+        "--max-gap",
+        type=float,
+        help=f"opt-in cutoff, {UNIT_HELP}: a checkpoint whose eval lies farther than this has no value "
+        "(default: none, the authors' read; the summary states it)",
+    )
+    p.add_argument(
         "--grid-step", type=float, help=f"checkpoint spacing, {UNIT_HELP} (default: every eval's x)"
     )
     p.add_argument("--x-min", type=float, help=f"start of the window, {UNIT_HELP}")
@@ -95,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         reference=args.reference,
         time_read=args.time_read,
+        max_gap=args.max_gap,
         baseline=args.baseline,
         n_boot=args.n_boot,
         seed=args.seed,
@@ -106,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     lo, hi = args.x_min if args.x_min is not None else -float("inf"), args.x_max
     inside = df[(df[summary.x] >= lo) & (df[summary.x] <= (hi if hi is not None else float("inf")))]
     others = [a for a in X_AXES if a in df and a != summary.x]
-    extra = {a: build_curves(inside, a, summary.rule.time_read) for a in others}
+    extra = {a: build_curves(inside, a, summary.rule.time_read, max_gap=None) for a in others}
     out = Path(args.out) if args.out else default_out()
     written = write_report(summary, out, extra, args.band)
     print(to_markdown(summary))

@@ -6,15 +6,18 @@ Grid policy (explicit, because it moves the headline):
   eval's x. The window [x_min, x_max] (the budget) keeps only the checkpoints
   inside it; every peak, final and time is read on those checkpoints only.
 - The value of a run at checkpoint t is read by the rule's time_read:
-  "nearest" (the paper's): the eval nearest in time to t; on a tie the earlier
-  eval wins. The eval may lie just outside the window: it stands for checkpoint t.
-  "at-or-before": the last eval with x <= t.
-  "interpolate": the straight line between the evals that bracket t.
-- No eval within reach -> no value (NaN), never a carried-forward one. Reach is
-  half a grid step beyond a run's first and last eval, and, for "nearest", half a
-  grid step around every checkpoint (a gap in a run's evals leaves a hole). On the
-  union grid (no step) a run has values from its first to its last eval only.
-- Mean curves need every seed (peak.mean_curve), so they end with the shortest run.
+  "nearest" (the paper's): the eval nearest in time to t, however far it lies (as
+  the authors' scripts read); on a tie the earlier eval wins. The eval may lie
+  outside the window: it stands for checkpoint t.
+  "at-or-before": the last eval with x <= t (none before a run's first eval).
+  "interpolate": the straight line between the evals that bracket t; outside a
+  run's evals, its first or last eval.
+- max_gap (opt-in, off in every preset rule): a checkpoint whose eval lies more
+  than max_gap from it has no value (NaN), so nothing is carried across a gap or
+  past a run's end. For "interpolate" the nearer bracketing eval counts.
+- A mean curve is defined where every seed has a value (peak.mean_curve); without
+  max_gap that is every checkpoint (after the first eval, for "at-or-before").
+- T = 0 is plotted but never scored (peak.after_start).
 """
 
 import numpy as np
@@ -31,7 +34,7 @@ from pods.analysis.load import (  # noqa: F401 - the loaders lived here once; ol
     load_wandb_csv,
     parse_run_name,
 )
-from pods.analysis.peak import Curves, Summary, make_rule, summarize_curves
+from pods.analysis.peak import Curves, Summary, after_start, make_rule, peak, summarize_curves
 
 _EPS = 1e-9
 _SECONDS = ("train_time", "train/clock", "_runtime", "Relative Time (Process)", "Relative Time (Wall)")
@@ -78,25 +81,31 @@ def nearest_index(x: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def sample_run(
-    x: np.ndarray, y: np.ndarray, grid: np.ndarray, time_read: str, reach: float | None = None
+    x: np.ndarray, y: np.ndarray, grid: np.ndarray, time_read: str, max_gap: float | None = None
 ) -> np.ndarray:
-    """One run's evals (x increasing, unique) read at every checkpoint -> (G,), NaN where
-    no eval is within reach (see the module docstring). reach=None: the union grid."""
-    pad = reach or 0.0
-    span = (grid >= x[0] - pad - _EPS) & (grid <= x[-1] + pad + _EPS)
+    """One run's evals (x increasing, unique) read at every checkpoint -> (G,).
+
+    NaN where the read finds no eval: before the first eval for "at-or-before", and,
+    with max_gap, wherever the eval read lies more than max_gap from the checkpoint.
+    """
     out = np.full(len(grid), np.nan)
     if time_read == "interpolate":
-        out[span] = np.interp(grid[span], x, y)  # held at the end evals within reach
+        vals, used = np.interp(grid, x, y), x[nearest_index(x, grid)]  # held at the end evals
     elif time_read == "at-or-before":
         i = np.searchsorted(x, grid + _EPS, side="right") - 1
-        ok = span & (i >= 0)
-        out[ok] = y[i[ok]]
+        vals, used = (
+            np.where(i >= 0, y[np.maximum(i, 0)], np.nan),
+            np.where(i >= 0, x[np.maximum(i, 0)], np.nan),
+        )
     elif time_read == "nearest":
         i = nearest_index(x, grid)
-        ok = span if reach is None else np.abs(x[i] - grid) <= reach + _EPS
-        out[ok] = y[i[ok]]
+        vals, used = y[i], x[i]
     else:
         raise CompareError(f"unknown time read {time_read!r}")
+    ok = ~np.isnan(used)
+    if max_gap is not None:
+        ok &= np.abs(used - grid) <= max_gap + _EPS
+    out[ok] = vals[ok]
     return out
 
 
@@ -121,6 +130,7 @@ def build_curves(
     grid_step: float | None = None,
     x_min: float | None = None,
     x_max: float | None = None,
+    max_gap: float | None = None,
 ) -> dict[str, Curves]:
     """Every variant's seeds on one shared grid (see the module docstring)."""
     x = x or default_axis(df)
@@ -134,29 +144,29 @@ def build_curves(
             f"no checkpoint in the window {window_text(x_min, x_max)} (evals span "
             f"{df[x].min():g} to {df[x].max():g})"
         )
-    reach = None if grid_step is None else grid_step / 2
     curves = {}
     for variant, vdf in df.groupby("variant", sort=True):
         runs, rows = [], []
         for run, rdf in vdf.groupby("run", sort=True):
             rdf = rdf.sort_values(x, kind="stable").drop_duplicates(x, keep="last")
-            row = sample_run(rdf[x].to_numpy(float), rdf["value"].to_numpy(float), grid, time_read, reach)
+            row = sample_run(rdf[x].to_numpy(float), rdf["value"].to_numpy(float), grid, time_read, max_gap)
             if np.isnan(row).all():
+                gap = "" if max_gap is None else f" within the max gap {max_gap:g}"
                 raise CompareError(
-                    f"run {run!r} has no eval within reach of a checkpoint in the window "
+                    f"run {run!r} has no eval{gap} for any checkpoint in the window "
                     f"{window_text(x_min, x_max)} (its evals span {rdf[x].min():g} to {rdf[x].max():g})"
                 )
             runs.append(str(run))
             rows.append(row)
         values = np.stack(rows)  # (S, G)
         finals = np.array([r[~np.isnan(r)][-1] for r in rows])
-        curves[str(variant)] = Curves(grid, values, runs, np.nanmax(values, axis=1), finals)
+        curves[str(variant)] = Curves(grid, values, runs, peak(after_start(grid, values)), finals)
     return curves
 
 
 def check_grid_step(df: pd.DataFrame, x: str, grid_step: float | None, unit: str) -> None:
-    """Refuse a step that is not a positive number, or so fine that most checkpoints
-    would find no eval within reach (e.g. 2 meant as minutes on a seconds axis)."""
+    """Refuse a step that is not a positive number, or far finer than the evals (e.g. 2
+    meant as minutes on a seconds axis): most checkpoints would repeat one eval."""
     if grid_step is None:
         return
     if not (np.isfinite(grid_step) and grid_step > 0):
@@ -167,7 +177,7 @@ def check_grid_step(df: pd.DataFrame, x: str, grid_step: float | None, unit: str
     if np.isfinite(typical) and grid_step < typical / 4:
         raise CompareError(
             f"--grid-step {grid_step:g} is in {unit}, but evals are about {typical:.4g} apart: "
-            "most checkpoints would have no eval within reach; give the step in that unit"
+            "most checkpoints would repeat one eval; give the step in that unit"
         )
 
 
@@ -178,6 +188,7 @@ def summarize(
     threshold: float | None = None,
     reference: str | None = None,
     time_read: str | None = None,
+    max_gap: float | None = None,
     baseline: str | None = None,
     n_boot: int = 2000,
     seed: int = 0,
@@ -189,7 +200,7 @@ def summarize(
 
     grid_step, x_min and x_max are in the unit of the x axis' source column (x_unit).
     """
-    r = make_rule(rule, threshold, reference, time_read)
+    r = make_rule(rule, threshold, reference, time_read, max_gap)
     x = x or default_axis(df)
     x_label = df.attrs.get("x_labels", {}).get(x, x)
     check_grid_step(df, x, grid_step, x_unit(x_label))
@@ -197,7 +208,7 @@ def summarize(
         raise CompareError("--x-min and --x-max take numbers (or inf), not nan")
     if x_min is not None and x_max is not None and x_min > x_max:
         raise CompareError(f"--x-min {x_min:g} is after --x-max {x_max:g}")
-    curves = build_curves(df, x, r.time_read, grid_step, x_min, x_max)
+    curves = build_curves(df, x, r.time_read, grid_step, x_min, x_max, r.max_gap)
     summary = summarize_curves(curves, r, baseline, n_boot, seed)
     summary.metric = df.attrs.get("metric", "value")
     summary.x, summary.x_label = x, x_label

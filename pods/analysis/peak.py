@@ -1,12 +1,14 @@
 """Time-to-threshold math: the PODS headline and its error bars.
 
-The paper's recipe ("at least 1.7x"): average each variant's seeds into a mean
-curve, set the threshold at 99% of vanilla GRPO's mean-curve peak, and divide the
-time at which GRPO's mean curve first reaches it by the same time for PODS,
-reading each checkpoint of a fixed grid at the eval nearest in time to it, within
-the budget. The number moves with every knob of that
-recipe (100% of the peak gives 1.6x instead of 2.0x), so each knob is a field of
-`Rule` and every output says which rule made it.
+The paper's recipe ("at least 1.7x"), as its authors' plotting scripts read runs:
+for each run and each checkpoint T of a fixed grid, take the eval nearest in time
+to T however far it lies; average the seeds at each T into a mean curve; the
+threshold is 99% of vanilla GRPO's mean-curve maximum over the checkpoints T > 0
+in the window (the budget); a variant's time is the first T > 0 at which its mean
+curve reaches the threshold; speedup = GRPO's time / the variant's. The number
+moves with every knob of that recipe (100% of the peak gives 1.6x instead of
+2.0x), so each knob is a field of `Rule` and every output says which rule made it.
+T = 0 is the start, before any training: it is plotted but never scored.
 
 Pure numpy. Curves live on a shared grid (curves.py puts runs there): arrays are
 (..., G) over grid points and (..., S, G) over seeds. NaN = no value at that
@@ -25,16 +27,16 @@ TIME_READS = ("nearest", "at-or-before", "interpolate")
 REFERENCES = ("mean", "per-seed")
 
 _READ_TEXT = {
-    "nearest": "first checkpoint whose value is >= threshold, each checkpoint read at the "
-    "eval nearest in time to it (ties: the earlier eval; none within half a grid step: no value)",
-    "at-or-before": "first grid time t whose last eval at or before t is >= threshold",
-    "interpolate": "linear interpolation between the two evals that bracket the crossing",
+    "nearest": "first checkpoint T > 0 whose value is >= threshold, each checkpoint read at the "
+    "eval nearest in time to it (ties: the earlier eval)",
+    "at-or-before": "first checkpoint T > 0 whose last eval at or before T is >= threshold",
+    "interpolate": "linear interpolation between the two evals that bracket the crossing (T > 0)",
 }
 _REF_TEXT = {
     "mean": "read on each variant's mean curve over seeds; threshold = {f:g} x the "
-    "baseline's mean-curve peak",
+    "baseline's mean-curve peak over T > 0",
     "per-seed": "read on each seed's curve, then averaged over seeds (not reached if any "
-    "seed never reaches); threshold = {f:g} x the mean of the baseline's per-seed peaks",
+    "seed never reaches); threshold = {f:g} x the mean of the baseline's per-seed peaks over T > 0",
 }
 
 
@@ -45,6 +47,9 @@ class Rule:
     threshold: float = 0.99  # fraction of the baseline peak a curve must reach
     reference: str = "mean"  # "mean" curve over seeds, or "per-seed" curves then averaged
     time_read: str = "nearest"  # one of TIME_READS, see _READ_TEXT
+    # None: a checkpoint reads its eval however far it lies (the authors' read); a number
+    # (x units): a checkpoint whose eval lies farther than this has no value (NaN)
+    max_gap: float | None = None
     name: str = "paper"
 
     def __post_init__(self) -> None:
@@ -56,10 +61,17 @@ class Rule:
             raise CompareError(
                 f"threshold={self.threshold}: give a fraction of the peak (0.99), not a percentage"
             )
+        if self.max_gap is not None and not (np.isfinite(self.max_gap) and self.max_gap >= 0):
+            raise CompareError(f"max_gap={self.max_gap}: give a distance >= 0 in the x unit, or none")
 
     def describe(self) -> str:
         ref = _REF_TEXT[self.reference].format(f=self.threshold)
-        return f"{self.name}: times {ref}; time = {_READ_TEXT[self.time_read]}"
+        return f"{self.name}: times {ref}; time = {_READ_TEXT[self.time_read]}; {self.gap_text()}"
+
+    def gap_text(self) -> str:
+        if self.max_gap is None:
+            return "max gap: none (a checkpoint reads its eval however far it lies)"
+        return f"max gap: {self.max_gap:g} (a checkpoint with no eval within {self.max_gap:g} has no value)"
 
 
 RULES = {
@@ -73,23 +85,27 @@ def make_rule(
     threshold: float | None = None,
     reference: str | None = None,
     time_read: str | None = None,
+    max_gap: float | None = None,
 ) -> Rule:
     """A preset from RULES with optional overrides; the name records what changed."""
     if isinstance(rule, str):
         if rule not in RULES:
             raise CompareError(f"unknown rule {rule!r}; valid rules: {', '.join(sorted(RULES))}")
         rule = RULES[rule]
-    asked = dict(threshold=threshold, reference=reference, time_read=time_read)
+    asked = dict(threshold=threshold, reference=reference, time_read=time_read, max_gap=max_gap)
     changes = {k: v for k, v in asked.items() if v is not None and v != getattr(rule, k)}
     if not changes:
         return rule
-    name = rule.name + "+" + ",".join(f"{k}={v}" for k, v in changes.items())
+    name = (
+        rule.name + "+" + ",".join(f"{k}={v:g}" if k == "max_gap" else f"{k}={v}" for k, v in changes.items())
+    )
     return replace(rule, name=name, **changes)
 
 
 def mean_curve(values: np.ndarray) -> np.ndarray:
-    """(..., S, G) -> (..., G). NaN wherever any seed lacks a value, so the mean
-    curve never silently averages over a changing set of survivors."""
+    """(..., S, G) -> (..., G). NaN wherever any seed lacks a value (only possible
+    with a max gap or before a run's first eval), so the mean curve never silently
+    averages over a changing set of survivors."""
     return values.mean(axis=-2)
 
 
@@ -133,6 +149,12 @@ def speedup(t_base: np.ndarray | float, t_var: np.ndarray | float) -> np.ndarray
     inf if only the variant reaches, 0 if only the baseline does, NaN if neither."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(t_base, dtype=float) / np.asarray(t_var, dtype=float)
+
+
+def after_start(grid: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(..., G) values with the checkpoints T <= 0 blanked (NaN): the start is read
+    before any training, so it sets no peak and no time."""
+    return np.where(np.asarray(grid) > 0, values, np.nan)
 
 
 def rule_threshold(values: np.ndarray, rule: Rule) -> np.ndarray:
@@ -248,7 +270,7 @@ class Curves:
     grid: np.ndarray  # (G,) shared by every variant of a comparison
     values: np.ndarray  # (S, G) each seed read on the grid, NaN outside its span
     runs: list[str]  # (S,) run names
-    peaks: np.ndarray  # (S,) each run's best value read on the grid (inside the window)
+    peaks: np.ndarray  # (S,) each run's best value at the checkpoints T > 0 (inside the window)
     finals: np.ndarray  # (S,) each run's last value read on the grid
 
 
@@ -270,6 +292,12 @@ class Summary:
     x_min: float | None = None  # the window (budget) in x_label's unit; None: open
     x_max: float | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def scored_curves(c: Curves) -> Curves:
+    """The curves the rule reads: the start (T <= 0) blanked, peaks over T > 0."""
+    values = after_start(c.grid, c.values)
+    return replace(c, values=values, peaks=peak(values))
 
 
 def variant_row(c: Curves, threshold: float, rule: Rule) -> dict:
@@ -337,14 +365,17 @@ def summarize_curves(
             f"baseline {baseline!r} is not a variant; choose --baseline from: {', '.join(curves)}"
         )
     curves = {baseline: curves[baseline], **{n: c for n, c in curves.items() if n != baseline}}
-    thr = float(rule_threshold(curves[baseline].values, rule))
+    if not (curves[baseline].grid > 0).any():
+        raise CompareError("the window holds no checkpoint after the start (T > 0); widen it")
+    scored = {n: scored_curves(c) for n, c in curves.items()}  # the plots keep T = 0
+    thr = float(rule_threshold(scored[baseline].values, rule))
     if np.isnan(thr):
         raise CompareError(
             f"the runs of baseline '{baseline}' share no checkpoint, so it has no mean curve; "
             "narrow the window or use --reference per-seed"
         )
-    boots = bootstrap_speedups(curves, baseline, rule, n_boot, seed)
-    rows = [{"variant": n, **variant_row(c, thr, rule)} for n, c in curves.items()]
+    boots = bootstrap_speedups(scored, baseline, rule, n_boot, seed)
+    rows = [{"variant": n, **variant_row(c, thr, rule)} for n, c in scored.items()]
     for row in rows:
         row["speedup"] = float(speedup(rows[0]["time"], row["time"]))
         row.update(speedup_lo=np.nan, speedup_hi=np.nan, p_boot=np.nan, p_perm=np.nan)

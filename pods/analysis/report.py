@@ -28,15 +28,15 @@ def grid_text(summary: Summary) -> str:
     """The checkpoint grid, its unit and the window, in one line."""
     unit = x_unit(summary.x_label)
     if summary.grid_step is None:
-        where = "the union of every eval's x (no --grid-step); a run has values from its first to last eval"
+        where = "the union of every eval's x (no --grid-step)"
     else:
         where = (
             f"checkpoints every {summary.grid_step:g} {unit} (0, {summary.grid_step:g}, "
-            f"{2 * summary.grid_step:g}, ...); no eval within half a step: no value"
+            f"{2 * summary.grid_step:g}, ...)"
         )
     return (
-        f"{where}; window {window_text(summary.x_min, summary.x_max)} {unit}; "
-        "a mean curve is defined where every seed has a value"
+        f"{where}; window {window_text(summary.x_min, summary.x_max)} {unit}; {summary.rule.gap_text()}; "
+        "T = 0 is plotted, not scored; a mean curve is defined where every seed has a value"
     )
 
 
@@ -85,6 +85,7 @@ def summary_frame(summary: Summary) -> pd.DataFrame:
         "threshold_frac": summary.rule.threshold,
         "reference": summary.rule.reference,
         "time_read": summary.rule.time_read,
+        "max_gap": summary.rule.max_gap,
         "grid_step": summary.grid_step,
         "x_unit": x_unit(summary.x_label),
         "x_min": summary.x_min,
@@ -147,6 +148,7 @@ def to_markdown(summary: Summary) -> str:
         f"- threshold: {summary.threshold:.4f} ({summary.rule.threshold:g} x the peak of "
         f"baseline '{summary.baseline}')",
         f"- time read: {summary.rule.time_read}",
+        f"- {summary.rule.gap_text()}",
         f"- grid: {grid_text(summary)}",
         f"- tests: {TESTS_TEXT.format(n_boot=summary.n_boot, seed=summary.seed)}",
         "- runs (variant <- runs):",

@@ -127,37 +127,57 @@ def test_make_grid():
 
 def test_sample_run_three_time_reads():
     # asynchronous evals around a 25 s checkpoint grid
-    # (reach = half a grid step: the eval at 1.5 stands for the t=0 checkpoint)
     x, y, grid = np.array([1.5, 26, 49, 77]), np.array([0.1, 0.2, 0.3, 0.4]), make_grid(77.0, 25)
-    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 12.5), [0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before", 12.5), [np.nan, 0.1, 0.3, 0.3])
     interp = [0.1, 0.1 + 0.1 * 23.5 / 24.5, 0.3 + 0.1 / 28, 0.3 + 0.1 * 26 / 28]
+    # the authors' read (no max gap): every checkpoint reads an eval, however far
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before"), [np.nan, 0.1, 0.3, 0.3])
+    np.testing.assert_allclose(sample_run(x, y, grid, "interpolate"), interp)
+    # max gap 12.5: at-or-before loses t=25 (its eval is 23.5 back) and t=75 (26 back)
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 12.5), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(sample_run(x, y, grid, "at-or-before", 12.5), [np.nan, np.nan, 0.3, np.nan])
     np.testing.assert_allclose(sample_run(x, y, grid, "interpolate", 12.5), interp)
-    # on the union grid (no step) a run has values from its first to its last eval only
-    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.2, 0.3, 0.4])
 
 
-def test_sample_run_nearest_ties_and_reach():
+def test_sample_run_nearest_ties_and_max_gap():
     grid = np.array([0.0, 10, 20, 30, 40])
     x, y = np.array([10.0, 30]), np.array([0.5, 0.7])
-    # union grid: t=20 is 10 from both evals, the earlier one wins; nothing outside [10, 30]
-    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [np.nan, 0.5, 0.5, 0.7, np.nan])
-    # checkpoints every 10: reach 5, so t=20 (10 from any eval) and t=0, 40 get no value
+    # no max gap: t=20 is 10 from both evals, the earlier one wins; t=0 and t=40 read the end evals
+    np.testing.assert_allclose(sample_run(x, y, grid, "nearest"), [0.5, 0.5, 0.5, 0.7, 0.7])
+    # max gap 5: t=20 (10 from any eval) and t=0, 40 get no value
     np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 5.0), [np.nan, 0.5, np.nan, 0.7, np.nan])
-    # reach 10 (a step of 20 around these checkpoints): t=0 and t=40 read the end evals
     np.testing.assert_allclose(sample_run(x, y, grid, "nearest", 10.0), [0.5, 0.5, 0.5, 0.7, 0.7])
-    # exactly half-way between two evals, at distance == reach: counts, earlier eval wins
+    # exactly half-way between two evals, at distance == max gap: counts, earlier eval wins
     x2, y2 = np.array([9.0, 11.0]), np.array([0.1, 0.9])
     np.testing.assert_allclose(sample_run(x2, y2, np.array([10.0]), "nearest", 1.0), [0.1])
+    # a far eval still counts without a max gap (a run that stopped early keeps its last eval)
+    np.testing.assert_allclose(sample_run(x, y, np.array([500.0]), "nearest"), [0.7])
 
 
-def test_build_curves_shorter_run_ends_the_mean_curve(tmp_path):
+def test_build_curves_shorter_run_keeps_its_last_eval(tmp_path):
     write_run(tmp_path / "a", "v", 1, [0.1, 0.2, 0.3])
-    write_run(tmp_path / "b", "v", 2, [0.3, 0.4])
+    write_run(tmp_path / "b", "v", 2, [0.3, 0.4])  # evals at 0 and 25 only
     c = build_curves(load_runs(tmp_path))["v"]
     np.testing.assert_array_equal(c.grid, [0, 25, 50])
-    np.testing.assert_allclose(c.values.mean(axis=0), [0.2, 0.3, np.nan])
+    np.testing.assert_allclose(c.values.mean(axis=0), [0.2, 0.3, 0.35])  # b's 0.4 read at t=50
     assert c.peaks.tolist() == [0.3, 0.4] and c.finals.tolist() == [0.3, 0.4]
+    # with a max gap the mean curve ends with the shorter run
+    cut = build_curves(load_runs(tmp_path), grid_step=25, max_gap=12.5)["v"]
+    np.testing.assert_allclose(cut.values.mean(axis=0), [0.2, 0.3, np.nan])
+
+
+def test_start_is_plotted_but_never_scored(tmp_path):
+    # the baseline's best value is at T = 0 (training made it worse); the authors' rule
+    # takes the peak over T > 0 and never reports a time of 0
+    for s in (1, 2):
+        write_run(tmp_path / f"b{s}", "none", s, [0.9, 0.5, 0.6, 0.7])
+        write_run(tmp_path / f"p{s}", "pods", s, [0.9, 0.7, 0.6, 0.6])
+    summary = summarize(load_runs(tmp_path), n_boot=0)
+    assert summary.threshold == pytest.approx(0.99 * 0.7)
+    assert [r["time"] for r in summary.rows] == [75.0, 25.0]
+    assert summary.rows[1]["speedup"] == 3.0
+    assert summary.rows[0]["peak_mean"] == pytest.approx(0.7)
+    assert summary.curves["none"].values[0, 0] == 0.9  # the plots keep the start
 
 
 def test_summarize_runs_paper_vs_strict(tmp_path):

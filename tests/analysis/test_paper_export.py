@@ -19,8 +19,9 @@ The old read (snap each eval to its nearest checkpoint, keep the last one there)
 took 530 (.75) for GRPO at 480 and 290 (.70) for PODS at 240: GRPO peak .80,
 threshold .792, GRPO at 600, PODS at 360: 1.67x.
 Without the budget the grid runs to 720: GRPO's peak is .90 (720), threshold .891,
-GRPO at 720; PODS's last eval (605) is 115 s from 720, beyond half a step, so PODS
-has no value there (not carried forward) and never reaches: "not reached".
+GRPO at 720; PODS's nearest eval to 720 is its last (605, .83), however far (the
+authors' read), so PODS never reaches: "not reached". With --max-gap 60 PODS has no
+value at 720 at all (115 s from its last eval), and its mean curve ends at 600.
 Strict (100%, last eval at or before), window [0, 600]: threshold .81; GRPO at 480
 (475, .81); PODS at 240 reads 238 (.81, the same two seed values as GRPO's 475: equal,
 so reached): 2.00x. From --x-min 300 on, checkpoints 360 480 600: GRPO's peak is .81
@@ -110,11 +111,19 @@ def test_paper_rule_with_the_budget(tmp_path, capsys):
     assert "warning" not in stdout
 
 
-def test_without_the_budget_nothing_is_carried_forward(tmp_path):
+def test_without_the_budget_a_run_keeps_its_last_eval(tmp_path):
     table = run_cli(tmp_path, "--grid-step", "120")
     assert table.threshold.iat[0] == pytest.approx(0.99 * 0.90)
     assert table.time.iat[0] == 720.0 and np.isnan(table.time.iat[1])
     assert table.speedup_note.iat[1] == "not reached"
+    assert table.curve_final.iat[1] == pytest.approx(0.83)  # 605's eval, read at 720
+    assert np.isnan(table.max_gap.iat[0])
+    cut = run_cli(tmp_path, "--grid-step", "120", "--max-gap", "60")
+    assert cut.max_gap.iat[0] == 60 and cut.rule.iat[0] == "paper+max_gap=60"
+    assert cut.speedup_note.iat[1] == "not reached"
+    df = load_wandb_csv(write_export(tmp_path / "export.csv"))
+    pods = build_curves(df, grid_step=120, max_gap=60)[VAR].values  # (2 seeds, 7 checkpoints)
+    assert np.isnan(pods[:, -1]).all() and not np.isnan(pods[:, :-1]).any()
 
 
 def test_x_min_cut_and_strict_rule(tmp_path):
@@ -142,3 +151,41 @@ def test_at_or_before_and_interpolate_reads(tmp_path):
     assert interp.threshold.iat[0] == pytest.approx(thr)
     assert interp.time.tolist() == pytest.approx([t_grpo, t_pods])
     assert interp.speedup.iat[1] == pytest.approx(t_grpo / t_pods)
+
+
+def sparse_export(path: Path) -> Path:
+    """Two GRPO seeds evaluated on different clocks (seed 1 every 100 s, seed 2 at 250 and
+    450 only) and one PODS seed, as exports of long runs with missed evals look."""
+    runs = {
+        "GRPO-s1": {0: 0.2, 100: 0.4, 200: 0.5, 300: 0.6, 400: 0.7, 500: 0.7},
+        "GRPO-s2": {0: 0.2, 250: 0.6, 450: 0.8},
+        "PODS-s1": {0: 0.2, 100: 0.5, 200: 0.7, 300: 0.75, 400: 0.75, 500: 0.74},
+    }
+    head = ["eval/time"] + [f"{r} - {M}" for r in runs]
+    times = sorted({t for e in runs.values() for t in e})
+    rows = [[t] + [e.get(t, "") for e in runs.values()] for t in times]
+    path.write_text("\n".join(",".join(map(str, r)) for r in [head, *rows]) + "\n")
+    return path
+
+
+def test_missed_evals_are_read_at_the_nearest_eval_not_dropped(tmp_path, capsys):
+    """The cutoff changes the answer: by hand, checkpoints every 120 s up to 480.
+    GRPO-s2 reads 0 (.2), 120 (0: .2; 120 s vs 130 s), 240 (250: .6), 360 (450: .8; 90 s vs
+    110 s), 480 (450: .8). GRPO-s1 reads 0 .2, 120 (100) .4, 240 (200) .5, 360 (400) .7, 480 (500) .7.
+    GRPO mean: .2 .3 .55 .75 .75 -> peak .75 (T > 0), threshold .7425, first at 360.
+    PODS reads .2, .5, .7 (240 -> 200), .75 (360 -> 400), .74 (480 -> 500): first >= .7425 at 360.
+    Speedup 1.00x. With --max-gap 60 GRPO-s2 has no value at 120, 240 and 360 (its evals are
+    130, 10, 90 s away: only 240 is within 60 s), so GRPO's mean curve exists at 0, 240, 480
+    only: .2, .55, .75 -> threshold .7425 first at 480; PODS at 360: 1.33x."""
+    export = sparse_export(tmp_path / "sparse.csv")
+    out = tmp_path / "o"
+    args = [str(export), "--grid-step", "120", "--x-max", "480", "--n-boot", "0", "--baseline", "GRPO"]
+    assert main([*args, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "summary.csv")
+    assert table.threshold.iat[0] == pytest.approx(0.99 * 0.75)
+    assert table.time.tolist() == [360.0, 360.0] and table.speedup.iat[1] == pytest.approx(1.0)
+    assert main([*args, "--out", str(tmp_path / "g"), "--max-gap", "60"]) == 0
+    cut = pd.read_csv(tmp_path / "g" / "summary.csv")
+    assert cut.time.tolist() == [480.0, 360.0] and cut.speedup.iat[1] == pytest.approx(480 / 360)
+    assert "max gap: 60" in (tmp_path / "g" / "summary.md").read_text()
+    assert "max gap: none" in (out / "summary.md").read_text()

@@ -77,7 +77,13 @@ def test_speedup_handles_never_reached():
 
 
 def test_rule_presets_and_overrides():
-    assert RULES["paper"] == Rule(0.99, "mean", "nearest", "paper")
+    assert RULES["paper"] == Rule(0.99, "mean", "nearest", None, "paper")
+    assert RULES["paper"].max_gap is None and RULES["strict"].max_gap is None  # the cutoff is opt-in
+    gap = make_rule("paper", max_gap=60)
+    assert gap.max_gap == 60 and gap.name == "paper+max_gap=60"
+    assert "max gap: 60" in gap.describe() and "max gap: none" in RULES["paper"].describe()
+    with pytest.raises(CompareError, match="max_gap=-1"):
+        make_rule("paper", max_gap=-1)
     strict = make_rule("strict")
     assert (strict.threshold, strict.reference, strict.time_read) == (1.0, "mean", "at-or-before")
     custom = make_rule("paper", threshold=1.0)
