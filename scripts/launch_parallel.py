@@ -6,6 +6,11 @@ under --out, named like the Hydra sweep subdir, so `python -m pods.compare <out>
 
     python scripts/launch_parallel.py --out outputs/sweeps/headline --gpus 4 \
         --sweep +variant=grpo,pods --sweep seed=1,2,3 -- +experiment=gsm8k_main +scale=gpu
+
+`--case` adds alternatives that are not a product of single keys (e.g. GRPO 16/16 next to PODS at several
+n): each --case is one space-separated set of overrides, and the cases form one more axis of the product,
+after the --sweep axes. Runs fill the slots GPU by GPU in the order of the product (the first --per-gpu runs
+go to GPU 0), so putting `seed` first gives each GPU the same mix of runs.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ import time
 from pathlib import Path
 
 
-def expand(sweeps: list[str]) -> list[list[str]]:
-    """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']] (cartesian product, in order)."""
+def expand(sweeps: list[str], cases: list[str] | None = None) -> list[list[str]]:
+    """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']] (cartesian product, in order);
+    cases ['c=1 d=2', 'c=3'] add one axis whose values are those override sets."""
     axes = []
     for s in sweeps:
         key, vals = s.split("=", 1)
-        axes.append([f"{key}={v}" for v in vals.split(",")])
-    return [list(c) for c in itertools.product(*axes)]
+        axes.append([[f"{key}={v}"] for v in vals.split(",")])
+    if cases:
+        axes.append([c.split() for c in cases])
+    return [[o for part in combo for o in part] for combo in itertools.product(*axes)]
 
 
 def run_name(overrides: list[str]) -> str:
@@ -38,9 +46,10 @@ def main() -> None:
     p.add_argument("--gpus", type=int, default=1, help="devices; runs are assigned round-robin")
     p.add_argument("--per-gpu", type=int, default=1, help="concurrent runs per device")
     p.add_argument("--sweep", action="append", default=[], help="key=v1,v2 (repeatable)")
+    p.add_argument("--case", action="append", default=[], help="'k1=v1 k2=v2': one alternative (repeatable)")
     p.add_argument("common", nargs="*", help="overrides for every run (after --)")
     args = p.parse_args()
-    jobs = expand(args.sweep)
+    jobs = expand(args.sweep, args.case)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     slots = [(g, k) for g in range(args.gpus) for k in range(args.per_gpu)]
