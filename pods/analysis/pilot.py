@@ -6,7 +6,9 @@ candidate settings (e.g. learning rates) with GRPO 16/16 and PODS 64/16, and a c
         to peak (peak = the maximum over T > 0 in the window);
   (ii)  GRPO's mean-curve peak lies in the second half of the window (T > x_max / 2);
   (iii) at n=16, at least 30% of groups have zero reward variance (mean over GRPO's runs and steps 3+);
-  (iv)  a PODS 64/16 step costs at most 1.15x a GRPO 16/16 step (mean timing/step, steps 3+).
+  (iv)  a PODS 64/16 step costs at most 1.15x a GRPO 16/16 step (mean timing/step, steps 3+);
+  (v)   GRPO's mean curve rises visibly: peak (over T > 0) minus start is at least 0.05. Without it a flat
+        curve passes (i) and (ii) on noise (pilot 1 of results/headline_v2 did: rises of 0.003-0.011).
 Among passing candidates the one with the largest GRPO rise (peak - start) is chosen: the most signal
 against the same eval noise. Curves are read as `pods.compare --rule paper` reads them (nearest eval).
 """
@@ -35,6 +37,7 @@ class Criteria:
     peak_after: float = 0.5  # (ii) fraction of the window the peak must lie beyond
     min_zero_var: float = 0.30  # (iii)
     max_step_ratio: float = 1.15  # (iv)
+    min_rise: float = 0.05  # (v) peak minus start of GRPO's mean curve
 
 
 def rise_at_first_checkpoint(grid: np.ndarray, curve: np.ndarray) -> float:
@@ -86,7 +89,8 @@ def check_candidate(run_dirs: list[Path], grid_step: float, x_max: float, crit: 
     row["ii"] = bool(row["peak_time"] > crit.peak_after * x_max)
     row["iii"] = bool(row["zero_var"] >= crit.min_zero_var)
     row["iv"] = bool(row["step_ratio"] <= crit.max_step_ratio)
-    row["passes"] = row["i"] and row["ii"] and row["iii"] and row["iv"]
+    row["v"] = bool(row["rise"] >= crit.min_rise)
+    row["passes"] = all(row[k] for k in ("i", "ii", "iii", "iv", "v"))
     return row
 
 
@@ -111,15 +115,17 @@ def to_markdown(rows: dict[str, dict], key: str, crit: Criteria, x_max: float) -
     head = (
         f"| {key} | GRPO/PODS seeds | GRPO start | GRPO peak | (i) rise at 1st checkpoint <= "
         f"{crit.max_first_rise:g} | (ii) peak time > {crit.peak_after * x_max:g} | (iii) zero-var >= "
-        f"{crit.min_zero_var:g} | (iv) PODS/GRPO step <= {crit.max_step_ratio:g} | passes |"
+        f"{crit.min_zero_var:g} | (iv) PODS/GRPO step <= {crit.max_step_ratio:g} | (v) rise >= "
+        f"{crit.min_rise:g} | passes |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     mark = lambda ok: "yes" if ok else "**no**"  # noqa: E731
     for k, r in rows.items():
         lines.append(
             f"| {k} | {r['grpo_seeds']}/{r['pods_seeds']} | {r['start']:.3f} | {r['peak']:.3f} | "
             f"{r['first_rise']:.2f} {mark(r['i'])} | {r['peak_time']:g} {mark(r['ii'])} | "
-            f"{r['zero_var']:.3f} {mark(r['iii'])} | {r['step_ratio']:.3f} {mark(r['iv'])} | {mark(r['passes'])} |"
+            f"{r['zero_var']:.3f} {mark(r['iii'])} | {r['step_ratio']:.3f} {mark(r['iv'])} | "
+            f"{r['rise']:.3f} {mark(r['v'])} | {mark(r['passes'])} |"
         )
     chosen = choose(rows)
     lines.append("")

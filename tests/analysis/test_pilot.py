@@ -69,7 +69,10 @@ def test_candidates_pass_fail_and_choice(tmp_path):
     assert a["zero_var"] == pytest.approx(0.5)  # the warm-up records are skipped
     assert a["step_ratio"] == pytest.approx(1.1) and a["passes"]
     assert not b["i"] and b["peak_time"] == 30.0 and b["ii"] and not b["iv"] and not b["passes"]
+    assert a["rise"] == pytest.approx(0.3) and a["v"]
     assert choose(rows) == "1e-06"
+    flat = {k: check_candidate(v, 10, 40, Criteria(min_rise=0.5)) for k, v in groups.items()}
+    assert not flat["1e-06"]["v"] and choose(flat) is None  # a rise below the floor fails (v)
     assert choose({"1e-05": b}) is None
 
 
