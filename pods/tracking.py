@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import re
+import sys
 import uuid
 from pathlib import Path
 
@@ -70,19 +71,50 @@ def write_run_info(cfg, run_dir: Path, data: dict, world: int, threads: int, is_
     return info
 
 
-def progress_bar(cfg, clock: float, step: int, name: str, disable: bool):
-    """A run bounded by its training clock shows clock seconds, one bounded by steps shows steps."""
-    from tqdm.auto import tqdm
+LOG_REFRESH_S = 30.0  # written to a file, not a terminal, the bar redraws at most this often
 
-    by_time = cfg.max_train_time > 0
-    return tqdm(
-        total=round(cfg.max_train_time) if by_time else cfg.max_steps,
-        initial=round(clock) if by_time else step,
-        unit="s" if by_time else "step",
-        desc=name,
-        dynamic_ncols=True,
-        disable=disable,
-    )
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class Progress:
+    """The run's progress bar: training-clock seconds for a run bounded by max_train_time, else steps.
+
+    In a terminal it redraws up to 10 times a second. Written to a file (nohup, a batch system's log) it
+    redraws at most every LOG_REFRESH_S seconds: a long run's log gets a line per half minute, not a line
+    per step (tqdm's default redraws on every set_postfix).
+    """
+
+    def __init__(self, cfg, clock: float, step: int, name: str, disable: bool = False, file=None):
+        from tqdm.auto import tqdm
+
+        file = sys.stderr if file is None else file
+        every = 0.1 if _isatty(file) else LOG_REFRESH_S
+        self.by_time = cfg.max_train_time > 0
+        self.bar = tqdm(
+            total=round(cfg.max_train_time) if self.by_time else cfg.max_steps,
+            initial=round(clock) if self.by_time else step,
+            unit="s" if self.by_time else "step",
+            desc=name,
+            file=file,
+            dynamic_ncols=_isatty(file),
+            mininterval=every,
+            maxinterval=max(every, 10.0),
+            disable=disable,
+        )
+
+    def advance(self, step: int, clock: float, reward: float) -> None:
+        """After a step: move to `clock` seconds (or one step on), show the step's reward."""
+        bar = self.bar
+        bar.set_postfix(step=step, reward=f"{reward:.3f}", clock=f"{clock:.0f}s", refresh=False)
+        bar.update(min(round(clock), bar.total) - bar.n if self.by_time else 1)  # redraws when due
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 STEP_METRIC = "train/clock"  # the training clock in seconds: metrics.jsonl's train_time

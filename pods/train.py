@@ -1,7 +1,8 @@
 """Entry point: `python -m pods.train [group=option ...] [key=value ...]` (Hydra; `-m` for sweeps).
 
-Order of work: compose the config -> validate every field -> check the model/data sources -> load
-tokenizer and data (bad rows reported) -> load the model -> train. Anything wrong with the config or
+Order of work: compose the config -> validate every field -> check the model/data sources -> size the
+model for the card (hardware=auto: full fine-tune or LoRA, pods/memory.py) -> load tokenizer and data
+(bad rows reported) -> load the model -> train. Anything wrong with the config or
 the inputs fails before the model loads, with a message naming the key.
 """
 
@@ -81,14 +82,17 @@ def check_task_config(cfg) -> None:
 
 
 def preflight(cfg) -> None:
-    """Every check that needs no model weights."""
+    """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here."""
+    from pods.memory import choose_finetune
     from pods.models import check_model_source, resolve_device
 
     validate(cfg)
     check_task_config(cfg)
-    resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
+    device = resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(cfg)
     check_model_source(cfg)
+    choose_finetune(cfg, device)  # from the model's config and the card's memory
+    validate(cfg)  # again: LoRA's own fields, when it was chosen
     if cfg.rollout.backend == "vllm":
         from pods.rollout.vllm import require_vllm
 

@@ -33,7 +33,7 @@ from pods.selection import downsample
 from pods.selection.diagnostics import selection_metrics
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
-from pods.tracking import MetricsLogger, progress_bar, write_run_info
+from pods.tracking import MetricsLogger, Progress, write_run_info
 from pods.update import kept_advantages
 from pods.update.optim import build_optimizer
 from pods.update.step import UpdateSettings, policy_update
@@ -101,16 +101,14 @@ class Trainer:
         c = self.cfg
         if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
             self.evaluate()
-        bar = progress_bar(c, self.timer.train_clock, self.step, self.run_info["name"], not self.dist.is_main)
+        bar = Progress(c, self.timer.train_clock, self.step, self.run_info["name"], not self.dist.is_main)
         while not self.done():
             for cb in self.callbacks:
                 cb.on_step_start(self)
             rec = self.train_step()
             for cb in self.callbacks:
                 cb.on_step_end(self, rec)
-            bar.update(min(round(self.timer.train_clock), bar.total) - bar.n if c.max_train_time > 0 else 1)
-            reward, clock = rec.get("reward/mean", float("nan")), self.timer.train_clock
-            bar.set_postfix(step=self.step, reward=f"{reward:.3f}", clock=f"{clock:.0f}s")
+            bar.advance(self.step, self.timer.train_clock, rec.get("reward/mean", float("nan")))
             if self.eval_every.due(self.step, self.timer.train_clock):
                 self.evaluate()
             if self.ckpt_every.due(self.step, self.timer.train_clock):

@@ -42,15 +42,7 @@ SAME_RUN_KEYS = (
     "train/groups",
 )
 
-# A few-second run of the tiny model: 2 prompts x 8 rollouts, 24-token completions.
-SMOKE = [
-    "max_steps=3",
-    "algo.prompts_per_step=2",
-    "selector.n=8",
-    "selector.m=4",
-    "dataset.train_size=64",
-    "dataset.eval_size=16",
-    "eval.every_steps=0",
-    "hardware=cpu",
-    "optim.lr=1e-3",
-]
+# A few-second run of the tiny model: the one shrink, conf/debug/smoke.yaml (3 steps, 2 prompts, small data),
+# on the CPU; tests add down-sampling that keeps fewer rollouts than it draws (8 -> 4) and an lr large enough
+# that 3 steps visibly move the weights.
+SMOKE = ["debug=smoke", "hardware=cpu", "selector.n=8", "selector.m=4", "optim.lr=1e-3"]

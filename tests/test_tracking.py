@@ -1,8 +1,12 @@
-"""metrics.jsonl truncation on resume, and W&B that goes offline instead of failing."""
+"""metrics.jsonl truncation on resume, W&B that goes offline instead of failing, a progress bar that
+does not flood a log file."""
 
+import io
 import json
+import time
+from types import SimpleNamespace
 
-from pods.tracking import MetricsLogger, read_metrics, truncate_metrics, wandb_mode
+from pods.tracking import MetricsLogger, Progress, read_metrics, truncate_metrics, wandb_mode
 
 
 def test_truncate_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
@@ -74,3 +78,34 @@ def test_every_logged_metric_is_bound_to_the_training_clock():
     logged = ["eval/accuracy", "train/step", "reward/mean", "timing/step", "selector/kept_reward_std"]
     logged += ["filter/skip_rate", "rollout/tokens", "update/loss", "counters/prompts", "rollouts"]
     assert all(any(fnmatchcase(key, g) for g in globs) for key in logged)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _redraws(file, steps: int, pause: float = 0.0, max_train_time: float = 0) -> str:
+    cfg = SimpleNamespace(max_train_time=max_train_time, max_steps=steps)
+    bar = Progress(cfg, clock=0.0, step=0, name="run", file=file)
+    for step in range(1, steps + 1):
+        bar.advance(step, clock=step * 0.5, reward=0.25)
+        time.sleep(pause)
+    bar.close()
+    return file.getvalue()
+
+
+def test_progress_to_a_log_file_redraws_at_most_every_half_minute():
+    out = _redraws(io.StringIO(), steps=2000)
+    assert out.count("\r") <= 3, out.count("\r")  # opened, closed: not one line per step
+    assert "2000/2000" in out and "reward=0.250" in out  # the final state still reaches the log
+
+
+def test_progress_in_a_terminal_keeps_redrawing():
+    tty, log = _redraws(_Terminal(), steps=4, pause=0.15), _redraws(io.StringIO(), steps=4, pause=0.15)
+    assert tty.count("\r") >= 4 > log.count("\r")
+
+
+def test_progress_of_a_time_bounded_run_counts_clock_seconds():
+    last = _redraws(io.StringIO(), steps=40, max_train_time=20).split("\r")[-1]  # 0.5 s a step, 20 s budget
+    assert "20/20" in last and "step=40" in last

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pods.config import DatasetConfig
-from pods.data import DataError, PromptSampler, load_examples
+from pods.data import DataError, load_examples
 from pods.data.tasks import gold_answer
 
 
@@ -71,17 +71,6 @@ def test_procedural_eval_is_disjoint_from_train():
     assert (
         rep.bad.get("duplicate of a train question", 0) > 0
     )  # 1-digit sums collide often; they were removed
-
-
-def test_sampler_epochs_and_exact_resume():
-    s = PromptSampler(5, seed=3)
-    first = s.next(7)
-    assert sorted(p for p, e in first[:5]) == list(range(5)) and [e for _, e in first] == [0] * 5 + [1] * 2
-    state = s.state_dict()
-    tail = s.next(6)
-    s2 = PromptSampler(5, seed=3)
-    s2.load_state_dict(state)
-    assert s2.next(6) == tail
 
 
 def write_bytes(path, data: bytes):

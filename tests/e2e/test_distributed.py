@@ -32,7 +32,6 @@ def _free_port() -> int:
 
 def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    over = [o for o in SMOKE if not o.startswith("algo.prompts_per_step")]
     cmd = [
         torchrun,
         "--nproc_per_node",
@@ -45,7 +44,7 @@ def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
         "3",
         "-m",
         "pods.train",
-        *over,
+        *SMOKE,
         "algo.prompts_per_step=4",
         "selector=greso_max_variance",
         "selector.n=8",

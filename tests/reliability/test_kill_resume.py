@@ -22,12 +22,11 @@ KEYS = SAME_RUN_KEYS
 
 
 def _cmd(run_dir: Path, *extra: str) -> list[str]:
-    over = [o for o in SMOKE if not o.startswith("max_steps")]
     return [
         sys.executable,
         "-m",
         "pods.train",
-        *over,
+        *SMOKE,
         "max_steps=6",
         "checkpoint.every_steps=1",
         "eval.every_steps=2",

@@ -1,20 +1,19 @@
 """Fuzz: no input escapes with an exception or outlives timeout_s, and no payload runs.
 
-The corpus (scripts/fuzz_rewards.py, which runs it at scale) holds power towers, huge factorials,
+The corpus (pods/reward/fuzz.py; scripts/fuzz_rewards.py runs it at scale) holds power towers, huge factorials,
 10^6-digit numbers, brace nests, LaTeX repetition, Python payloads, NUL bytes, lone surrogates,
 1 MB lines and thousands of tags, in several wrappers, plus random token soups and honest answers.
 """
 
 import math
 import time
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods.reward import build_reward
-from scripts.fuzz_rewards import GOLDS, SOUP, WRAPS, adversarial_corpus
+from pods.reward.fuzz import GOLDS, SOUP, WRAPS, adversarial_corpus, fuzz_reward_config
 
 TIMEOUT_S = 0.2
 BOUND_S = TIMEOUT_S + 0.5  # kill, reap and a scheduler hiccup on a busy 2-core machine
@@ -23,9 +22,7 @@ SETTINGS = settings(max_examples=150, deadline=None, database=None)
 
 @pytest.fixture(scope="module")
 def reward():
-    cfg = SimpleNamespace(name="fuzz", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=TIMEOUT_S,
-                          max_chars=4096, max_answer_chars=256)  # fmt: skip
-    r = build_reward(cfg)
+    r = build_reward(fuzz_reward_config(TIMEOUT_S))
     yield r
     r.close()
 

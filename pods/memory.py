@@ -1,0 +1,133 @@
+"""What a run keeps on the GPU, and `hardware=auto`'s choice between a full fine-tune and LoRA.
+
+The choice is made in preflight, before any weights load, from the model's architecture config (its
+config.json: a local directory's, the shipped copy for a hub preset in pods/assets/hub_configs/, or the
+hub's) and the card's total memory. It counts the weight-sized state pods keeps, as pods/models.py and
+pods/update/optim.py build it:
+
+    full fine-tune: float32 master weights 4 + float32 gradients 4 + AdamW's two float32 moments 8
+                    = 16 bytes a parameter, + a float32 reference copy 4 when algo.beta > 0
+    LoRA:           the frozen base in the compute dtype (2 bytes in bf16; 0.5 in 4 bits)
+                    + 16 bytes per adapter parameter (the reference is the base: no copy)
+    both:           the compiled rollout's generation copy in the compute dtype (2 bytes a parameter)
+
+That state may take at most STATE_SHARE of the card: activations, logits, the KV cache and CUDA's own
+memory need the rest. (Measured: the 0.5B full fine-tune step, n=16, 512 tokens, peaked at 27.4 GiB on an
+H200, results/bench_trl_cuda.md; the state counted here is 8.3 GiB of that.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pods import ASSETS
+from pods.config import ConfigError
+
+log = logging.getLogger("pods")
+
+GIB = 2**30
+STATE_SHARE = 0.6  # of the card's memory, for weight-sized state; the rest is activations and the KV cache
+HUB_CONFIGS = ASSETS / "hub_configs"  # architecture fields of the hub presets' config.json, by hub id
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def card_memory(device: torch.device) -> int | None:
+    """Total memory of the device's GPU in bytes; None for a CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).total_memory
+
+
+def architecture_config(model_path: str):
+    """The model's transformers config, without weights: a local directory's config.json, the shipped copy
+    for a hub preset, else the hub's (cache or network). None when none can be read."""
+    from transformers import AutoConfig
+
+    local = Path(model_path) / "config.json"
+    shipped = HUB_CONFIGS / f"{model_path}.json"
+    for path in (local, shipped):
+        if path.is_file():
+            fields = json.loads(path.read_text())
+            return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    try:
+        return AutoConfig.from_pretrained(model_path)
+    except Exception as e:  # noqa: BLE001 - unknown size is a warning, not a failed run
+        log.warning("hardware=auto cannot read %s's config (%s): it is not sized", model_path, e)
+        return None
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: int  # every parameter of the model (tied embeddings once)
+    lora_params: int  # the LoRA adapter's parameters at model.lora (r x (in + out) per adapted linear)
+
+
+def model_size(hf_config, lora_r: int, lora_targets) -> ModelSize:
+    """Count parameters by building the model on the meta device: no memory, exact for any architecture."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    params = sum(p.numel() for p in model.parameters())
+    targets = set(lora_targets)
+    lora = sum(
+        lora_r * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets
+    )
+    return ModelSize(params, lora)
+
+
+def state_bytes(size: ModelSize, cfg, lora: bool, compiled: bool) -> int:
+    """Bytes of weight-sized state a run keeps on the GPU (see the module docstring)."""
+    compute = BYTES[cfg.model.dtype if cfg.model.dtype != "auto" else cfg.hardware.dtype]
+    copy = size.params * compute if compiled else 0
+    if not lora:
+        ref = size.params * 4 if cfg.algo.beta > 0 else 0
+        return size.params * 16 + ref + copy
+    base = size.params * (0.5 if cfg.hardware.load_in_4bit else compute)
+    return int(base + size.lora_params * 16 + copy)
+
+
+def choose_finetune(cfg, device: torch.device) -> None:
+    """hardware=auto on a GPU: a full fine-tune if its state fits STATE_SHARE of the card, else LoRA with
+    gradient checkpointing (what hardware=gpu_lora sets), else refuse with a hint. Sets cfg.hardware.lora
+    and logs the choice. An explicit GPU profile is kept as it is; a warning says when it will not fit."""
+    h = cfg.hardware
+    card = card_memory(device)
+    if card is None or h.distributed != "none":
+        return  # CPU; several GPUs shard or replicate as their profile says
+    from pods.rollout import use_compiled
+
+    hf_config = architecture_config(cfg.model.path)
+    if hf_config is None:
+        return
+    size = model_size(hf_config, cfg.model.lora.r, cfg.model.lora.targets)
+    vllm = cfg.rollout.backend == "vllm"  # the engine holds its own copy, in its share of the card
+    budget = card * STATE_SHARE * (1 - h.vllm_gpu_memory_utilization if vllm else 1)
+    compiled = use_compiled(cfg, device) and not vllm
+    full, lora = (state_bytes(size, cfg, x, compiled) for x in (False, True))
+    about = (
+        f"{cfg.model.name} ({size.params / 1e6:,.0f}M parameters): a full fine-tune keeps {full / GIB:.3g} GiB "
+        f"(weights, gradients, AdamW state, generation copy), LoRA r={cfg.model.lora.r} {lora / GIB:.3g} GiB; "
+        f"{budget / GIB:.3g} GiB of this {card / GIB:.3g} GiB card is for them"
+    )
+    if h.name != "auto":
+        if (lora if h.lora else full) > budget:
+            log.warning("hardware=%s may not fit: %s", h.name, about)
+        return
+    if h.lora or full <= budget:
+        log.info("hardware=auto: %s: %s", "LoRA" if h.lora else "full fine-tune", about)
+    elif lora <= budget:
+        h.lora, h.gradient_checkpointing = True, True
+        log.info("hardware=auto: LoRA with gradient checkpointing (as hardware=gpu_lora): %s", about)
+    else:
+        raise ConfigError(
+            f"hardware=auto: neither fits: {about}. Use hardware=gpu_lora hardware.load_in_4bit=true, "
+            "or hardware=fsdp over several GPUs"
+        )

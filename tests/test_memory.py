@@ -1,0 +1,125 @@
+"""hardware=auto sizes the model from its config before any weights load: full fine-tune when its state fits
+the card, else LoRA, else a one-line refusal. The card's memory is faked (no GPU here)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import pods.memory
+import pods.models
+from pods.config import ConfigError
+from pods.memory import GIB, STATE_SHARE, architecture_config, choose_finetune, model_size, state_bytes
+from pods.train import preflight
+
+CUDA = torch.device("cuda", 0)
+
+
+def fake_card(monkeypatch, gib: float) -> None:
+    monkeypatch.setattr(pods.memory, "card_memory", lambda device: int(gib * GIB))
+
+
+@pytest.mark.parametrize(
+    "hub_id, billions, non_embedding",  # the model cards' "Number of Parameters" (and non-embedding)
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct", 0.49, 0.36),
+        ("Qwen/Qwen2.5-1.5B-Instruct", 1.54, 1.31),
+        ("Qwen/Qwen2.5-3B-Instruct", 3.09, 2.77),
+        ("meta-llama/Llama-3.2-3B-Instruct", 3.21, None),
+    ],
+)
+def test_shipped_hub_configs_give_the_model_cards_parameter_counts(hub_id, billions, non_embedding):
+    hf = architecture_config(hub_id)
+    size = model_size(hf, 64, ["q_proj", "v_proj"])
+    assert round(size.params / 1e9, 2) == billions
+    if non_embedding is not None:
+        assert round((size.params - hf.vocab_size * hf.hidden_size) / 1e9, 2) == non_embedding
+    kv = hf.num_key_value_heads * (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
+    per_layer = 64 * (hf.hidden_size + hf.hidden_size) + 64 * (hf.hidden_size + kv)  # q, v
+    assert size.lora_params == hf.num_hidden_layers * per_layer
+
+
+def test_the_meta_count_equals_the_loaded_tiny_model(make_cfg):
+    cfg = make_cfg("hardware=cpu", "hardware.lora=true")
+    size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
+    model, _ = pods.models.load_policy(cfg, torch.device("cpu"))
+    base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+    adapter = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert (size.params, size.lora_params) == (base, adapter)
+
+
+def test_full_fine_tune_state_is_16_bytes_a_parameter_plus_the_generation_copy(make_cfg):
+    cfg = make_cfg("model=qwen2.5-3b", "hardware=auto")
+    size = pods.memory.ModelSize(params=1000, lora_params=10)
+    assert state_bytes(size, cfg, lora=False, compiled=False) == 16_000
+    assert state_bytes(size, cfg, lora=False, compiled=True) == 18_000  # + bf16 generation copy
+    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # bf16 base, adapter, copy
+    cfg.algo.beta = 0.04
+    assert state_bytes(size, cfg, lora=False, compiled=False) == 20_000  # + float32 reference
+
+
+def test_3b_on_an_80_gib_card_trains_lora_and_says_why(make_cfg, monkeypatch, caplog):
+    fake_card(monkeypatch, 80)
+    cfg = make_cfg("selector=max_variance", "model=qwen2.5-3b")
+    assert cfg.hardware.name == "auto" and not cfg.hardware.lora
+    with caplog.at_level(logging.INFO, logger="pods"):
+        choose_finetune(cfg, CUDA)
+    assert cfg.hardware.lora and cfg.hardware.gradient_checkpointing
+    assert "hardware=auto: LoRA" in caplog.text and "full fine-tune keeps 51.7 GiB" in caplog.text
+
+
+def test_3b_on_a_141_gib_card_and_smaller_models_on_80_gib_stay_full(make_cfg, monkeypatch, caplog):
+    for model, gib in (("qwen2.5-3b", 141), ("qwen2.5-0.5b", 80), ("qwen2.5-1.5b", 80)):
+        fake_card(monkeypatch, gib)
+        cfg = make_cfg(f"model={model}")
+        with caplog.at_level(logging.INFO, logger="pods"):
+            choose_finetune(cfg, CUDA)
+        assert not cfg.hardware.lora, model
+    assert caplog.text.count("hardware=auto: full fine-tune") == 3
+
+
+def test_a_card_too_small_for_lora_too_is_refused_with_a_hint(make_cfg, monkeypatch):
+    fake_card(monkeypatch, 8)
+    with pytest.raises(ConfigError, match=r"neither fits: .*load_in_4bit=true") as e:
+        choose_finetune(make_cfg("model=qwen2.5-3b"), CUDA)
+    assert "\n" not in str(e.value)
+
+
+def test_an_explicit_profile_is_kept_with_a_warning(make_cfg, monkeypatch, caplog):
+    fake_card(monkeypatch, 80)
+    cfg = make_cfg("model=qwen2.5-3b", "hardware=gpu")
+    with caplog.at_level(logging.INFO, logger="pods"):
+        choose_finetune(cfg, CUDA)
+    assert not cfg.hardware.lora and "hardware=gpu may not fit" in caplog.text
+
+
+def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
+    # 1.5B full state without a generation copy: 1.54e9 x 16 B = 23.0 GiB. 60% of 48 GiB = 28.8 GiB fits;
+    # with vLLM holding 35% of the card, 18.7 GiB does not.
+    fake_card(monkeypatch, 48)
+    hf = make_cfg("model=qwen2.5-1.5b", "rollout.compile=false")
+    choose_finetune(hf, CUDA)
+    vllm = make_cfg("model=qwen2.5-1.5b", "rollout=vllm")
+    choose_finetune(vllm, CUDA)
+    assert not hf.hardware.lora and vllm.hardware.lora
+    assert 48 * STATE_SHARE * (1 - vllm.hardware.vllm_gpu_memory_utilization) < 23.0 < 48 * STATE_SHARE
+
+
+def test_preflight_chooses_before_any_weights_load(make_cfg, monkeypatch, caplog):
+    """Through preflight, on the shipped tiny model (float32: full state ~16 MB, LoRA ~7 MB) and a 16 MiB card."""
+    fake_card(monkeypatch, 16 / 1024)
+    monkeypatch.setattr(pods.models, "resolve_device", lambda cfg: CUDA)
+    monkeypatch.setattr(pods.models, "load_policy", lambda *a: pytest.fail("weights loaded"))
+    cfg = make_cfg()
+    with caplog.at_level(logging.INFO, logger="pods"):
+        preflight(cfg)
+    assert cfg.hardware.lora and "hardware=auto: LoRA" in caplog.text
+
+
+def test_a_cpu_run_is_not_sized(make_cfg, monkeypatch):
+    monkeypatch.setattr(pods.memory, "architecture_config", lambda path: pytest.fail("sized on a CPU"))
+    cfg = make_cfg()
+    choose_finetune(cfg, torch.device("cpu"))
+    assert not cfg.hardware.lora
