@@ -31,6 +31,7 @@ def build_generator(cfg, model, tokenizer, device, timer=None):
             prompt_bucket=cfg.rollout.prompt_bucket,
             max_prompt_len=cfg.model.max_prompt_len,
             timer=timer,
+            share_weights=cfg.rollout.share_weights,
         )
     if cfg.rollout.backend == "vllm":
         from pods.rollout.vllm import VLLMGenerator

@@ -25,6 +25,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts, Sampling
+from pods.rollout.attention import register as register_grouped_attention
 
 
 def completion_mask_from_eos(tokens: torch.Tensor, eos_ids: list[int], pad_id: int) -> torch.Tensor:
@@ -94,42 +95,92 @@ class GenerationCopy:
 
     `sync(model)` copies the training weights in place (fixed addresses: compiled graphs stay valid). With
     peft LoRA the copy holds base + B @ A * scale for every adapted layer: generation never runs the adapter.
+
+    `share=True` (LoRA, `rollout.share_weights`): no second copy of the model. Every frozen weight that is
+    already in the compute dtype is the policy's own tensor; an adapted layer's base weight is merged in place
+    before decoding (`merge`) and put back exactly after it (`restore`) from a pinned host copy of the frozen
+    base, read once at start. Costs one host-to-device copy of the adapted weights per rollout batch.
     """
 
-    def __init__(self, model, device, dtype: torch.dtype):
+    def __init__(self, model, device, dtype: torch.dtype, share: bool = False):
         from transformers import AutoModelForCausalLM
 
         base = _unwrap(model)
-        with torch.random.fork_rng(devices=[]):  # its random init (overwritten below) draws nothing
-            self.model = AutoModelForCausalLM.from_config(
-                base.config, dtype=dtype, attn_implementation=base.config._attn_implementation
-            )
-        self.model.to(device).eval().requires_grad_(False)
+        attn = base.config._attn_implementation
+        attn = register_grouped_attention() if attn == "sdpa" else attn  # no repeat_kv per decode step
+        params = self._plain_names(model)
+        self.share = share and any(hasattr(m, "get_delta_weight") for m in model.modules())
+        empty = _empty_weights() if self.share else nullcontext()
+        with torch.random.fork_rng(devices=[]), empty:  # its random init (overwritten below) draws nothing
+            self.model = AutoModelForCausalLM.from_config(base.config, dtype=dtype, attn_implementation=attn)
         self.model.generation_config = base.generation_config
+        if self.share and self.model.config.tie_word_embeddings:  # made on the meta device: tie it here
+            self.model.lm_head.weight = self.model.get_input_embeddings().weight
         adapted = {
             n.removeprefix(_PEFT_PREFIX) for n, m in model.named_modules() if hasattr(m, "get_delta_weight")
         }
+        self.adapted = {a + ".weight" for a in adapted}
+        own = set()
         if "lm_head" in adapted and "lm_head.weight" not in dict(self.model.named_parameters()):
             # an adapter on a tied head: the copy needs a head of its own (base embedding + the head's delta)
-            self.model.lm_head.weight = torch.nn.Parameter(self.model.lm_head.weight.detach().clone(), False)
+            w = self.model.lm_head.weight
+            self.model.lm_head.weight = torch.nn.Parameter(torch.empty_like(w), False)
             self.model.config.tie_word_embeddings = False
+            own.add("lm_head.weight")
+        self.backup: dict[str, torch.Tensor] = {}
+        if self.share:
+            self._share(params, device, dtype, own)
+        self.model.to(device).eval().requires_grad_(False)
         self._synced_frozen = False
+        self.merged = False
         self.sync(model)
 
+    def _share(self, params: dict, device, dtype: torch.dtype, own: set) -> None:
+        """Point every copy parameter at the policy's tensor where dtype and device allow (keeping the
+        copy's own ties), else give it fresh storage; keep a pinned host copy of each adapted base."""
+        slots: dict[int, list] = {}
+        for mod in self.model.modules():
+            for leaf, p in mod._parameters.items():
+                if p is not None:
+                    slots.setdefault(id(p), []).append((mod, leaf))
+        for name, p in list(self.model.named_parameters()):
+            src = params.get(name)
+            alias = (
+                name not in own
+                and src is not None
+                and not hasattr(src, "full_tensor")
+                and src.dtype == dtype
+                and src.device == torch.device(device)
+                and (not src.requires_grad or name in self.adapted)
+            )
+            t = src.detach() if alias else torch.empty(p.shape, dtype=dtype, device=device)
+            new = torch.nn.Parameter(t, requires_grad=False)
+            for mod, leaf in slots[id(p)]:
+                mod._parameters[leaf] = new
+            if alias and name in self.adapted:
+                host = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
+                self.backup[name] = host.copy_(t)
+        for mod in self.model.modules():  # buffers (rotary frequencies) made on the meta device
+            for leaf, b in mod._buffers.items():
+                if b is not None and b.is_meta:
+                    raise ValueError(f"generation copy: buffer {leaf!r} was not materialised")
     @staticmethod
     @torch.no_grad()
-    def _merged(model) -> dict[str, torch.Tensor]:
-        """peft: parameter name -> base weight + the deltas of the active LoRA adapters, per adapted layer."""
+    def _merged(model, keep=lambda name: True):
+        """peft: yields (parameter name, base weight + the deltas of the active LoRA adapters) for each adapted
+        layer whose name `keep` accepts, one layer at a time (float32: one layer's merged weight at once)."""
         model = getattr(model, "module", model)  # DDP
         if not hasattr(model, "get_base_model"):
-            return {}
+            return
         if any(getattr(c, "use_dora", False) for c in getattr(model, "peft_config", {}).values()):
             raise ValueError(
                 "rollout.compile: a DoRA adapter cannot be merged here; use rollout.compile=false"
             )
-        out = {}
         for name, mod in model.named_modules():
             if not (hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer")):
+                continue
+            plain = name.removeprefix(_PEFT_PREFIX) + ".weight"
+            if not keep(plain):
                 continue
             w = _full(mod.get_base_layer().weight).float()
             if not getattr(mod, "disable_adapters", False):
@@ -138,8 +189,7 @@ class GenerationCopy:
                         mod, "lora_embedding_A", {}
                     ):
                         w = w + mod.get_delta_weight(adapter).float()
-            out[name.removeprefix(_PEFT_PREFIX) + ".weight"] = w
-        return out
+            yield plain, w
 
     @staticmethod
     def _plain_names(model) -> dict[str, torch.Tensor]:
@@ -159,27 +209,54 @@ class GenerationCopy:
     @torch.no_grad()
     def sync(self, model) -> None:
         """Copy the policy's current weights into the generation copy, in place. Every training weight must
-        land somewhere: a weight the copy has no place for is an error, not a silent divergence."""
-        lora, params = self._merged(model), self._plain_names(model)
-        used = set()
-        for name, dst in self.model.named_parameters():
-            if name in lora:
-                dst.copy_(lora[name])
-                used.add(name)
-                continue
-            src = params.get(name)
-            if src is None:
-                raise KeyError(f"generation copy: no training parameter named {name!r}")
-            used.add(name)
-            if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
-                dst.copy_(_full(src.detach()))
-        lost = sorted(n for n in {*lora, *(k for k, p in params.items() if p.requires_grad)} if n not in used)
+        land somewhere: a weight the copy has no place for is an error, not a silent divergence. Weights the
+        copy shares with the policy need no copy; shared adapted layers are merged by `merge`."""
+        params, dsts = self._plain_names(model), dict(self.model.named_parameters())
+        want = self.adapted | {k for k, p in params.items() if p.requires_grad}
+        lost = sorted(want - set(dsts))
         if lost:
             raise ValueError(
                 f"generation copy: trained weights {lost[:4]} have no place in the copy (tied or renamed "
                 "modules); use rollout.compile=false"
             )
+        for name, w in self._merged(model, lambda n: n not in self.backup):
+            dsts[name].copy_(w)
+        for name, dst in dsts.items():
+            if name in self.adapted:
+                continue
+            src = params.get(name)
+            if src is None:
+                raise KeyError(f"generation copy: no training parameter named {name!r}")
+            if dst.data_ptr() == src.data_ptr():  # shared storage
+                continue
+            if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
+                dst.copy_(_full(src.detach()))
         self._synced_frozen = True
+
+    @torch.no_grad()
+    def merge(self, model) -> None:
+        """share: add the adapters into the policy's own base weights for decoding (undone by `restore`)."""
+        if self.backup and not self.merged:
+            dsts = dict(self.model.named_parameters())
+            for name, w in self._merged(model, lambda n: n in self.backup):
+                dsts[name].copy_(w)
+            self.merged = True
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """share: the policy's base weights back, bit for bit, from the host copy (in stream order)."""
+        if self.merged:
+            dsts = dict(self.model.named_parameters())
+            for name, host in self.backup.items():
+                dsts[name].copy_(host, non_blocking=True)
+            self.merged = False
+
+
+def _empty_weights():
+    """Parameters on the meta device (no memory), buffers real: the shared copy's parameters are the policy's."""
+    from accelerate import init_empty_weights
+
+    return init_empty_weights(include_buffers=False)
 
 
 class HFGenerator:
@@ -195,6 +272,7 @@ class HFGenerator:
         prompt_bucket: int = 64,
         max_prompt_len: int = 512,
         timer=None,
+        share_weights: bool = False,
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -207,7 +285,7 @@ class HFGenerator:
         self.copy = None
         if compiled:
             _raise_recompile_limit(64)
-            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16)
+            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16, share=share_weights)
 
     @property
     def decoder(self):
@@ -251,9 +329,8 @@ class HFGenerator:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        if self.compiled:  # one cache size for every prompt width: the decode graph never changes shape
-            width = max(lp, bucketed_len(self.max_prompt_len, self.prompt_bucket, self.max_prompt_len))
-            kwargs.update(cache_implementation="static", max_cache_len=width + self.max_new_tokens)
+        if self.compiled:  # a cache of the bucketed prompt width + new tokens: one graph per (rows, width)
+            kwargs.update(cache_implementation="static", max_cache_len=lp + self.max_new_tokens)
         return kwargs
 
     def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -306,12 +383,17 @@ class HFGenerator:
         self.decoder.eval()
         kwargs = self._gen_kwargs(temperature, top_p, top_k, ids.shape[1])
         saved_bs, self.batch_size = self.batch_size, bs
+        if self.copy is not None:
+            self.copy.merge(self.model)  # share_weights: adapters into the base for decoding
+            self.decoder._previous_max_cache_length = -1  # transformers keeps the largest cache otherwise
         try:
             chunks = [
                 self._generate_chunk(ids[s : s + bs], am[s : s + bs], kwargs) for s in range(0, len(ids), bs)
             ]
         finally:
             self.batch_size = saved_bs
+            if self.copy is not None:
+                self.copy.restore()
             if was_training:
                 self.decoder.train()
         width = max(c.shape[1] for c in chunks)

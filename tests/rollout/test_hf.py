@@ -153,3 +153,67 @@ def test_compile_auto_is_on_for_cuda_only_and_never_with_a_4bit_base(make_cfg):
     assert not use_compiled(make_cfg("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
     assert use_compiled(make_cfg("rollout.compile=true"), cpu)
     assert not use_compiled(make_cfg("rollout.compile=false"), cuda)
+
+
+@pytest.mark.parametrize(
+    "lora_kw",
+    [
+        {"target_modules": ["q_proj", "up_proj"]},
+        {"target_modules": ["q_proj", "lm_head"]},
+        {"target_modules": ["q_proj"], "modules_to_save": ["input_layernorm"]},
+    ],
+    ids=["linear", "tied-head", "modules-to-save"],
+)
+def test_shared_copy_merges_in_place_and_restores_the_base_exactly(tiny, lora_kw):
+    """share_weights: the copy is the policy's own storage; decoding sees base + adapter, and afterwards the
+    base is bit-identical to before; greedy tokens equal those of a separate copy."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = tiny
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), LoraConfig(r=4, lora_alpha=8, **lora_kw)
+    )
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n or "modules_to_save" in n:
+                p.normal_(1.0 if "modules_to_save" in n else 0.0, 0.05)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    kw = dict(compiled=True, dtype=torch.float32, max_prompt_len=64, prompt_bucket=16)
+    shared = HFGenerator(peft_model, tok, "cpu", 8, 12, share_weights=True, **kw)
+    separate = HFGenerator(peft_model, tok, "cpu", 8, 12, **kw)
+    q = "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"
+    copy_q = dict(shared.decoder.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
+    assert copy_q.data_ptr() == dict(peft_model.named_parameters())[q].data_ptr()  # no second copy
+    ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"]
+    shared.copy.merge(peft_model)
+    with torch.no_grad():
+        want, got = separate.decoder(input_ids=ids).logits, shared.decoder(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-5)
+    shared.copy.restore()
+    assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
+    a = shared.generate(PROMPTS, [0, 1, 2], 1, 0.0)
+    b = separate.generate(PROMPTS, [0, 1, 2], 1, 0.0)
+    assert a.texts == b.texts
+    assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
+
+
+def test_grouped_attention_equals_sdpa_with_padding():
+    """pods_sdpa (query heads folded into the query length) gives sdpa's logits on a left-padded batch."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from pods.rollout.attention import register
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2,
+    )
+    m = Qwen2ForCausalLM(cfg).eval()
+    ids = torch.randint(3, 97, (3, 10))
+    am = torch.ones_like(ids)
+    am[0, :4], am[1, :2] = 0, 0
+    pos = (am.cumsum(1) - 1).clamp(min=0)
+    want = m(input_ids=ids, attention_mask=am, position_ids=pos).logits
+    m.set_attn_implementation(register())
+    got = m(input_ids=ids, attention_mask=am, position_ids=pos).logits
+    assert torch.allclose(want, got, atol=1e-5)
