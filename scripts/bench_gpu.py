@@ -58,8 +58,6 @@ def summarize(run: dict, peak_flops: float) -> dict:
     return {
         "steps_measured": len(recs),
         "phases_s": {p.removeprefix("timing/"): mean(p) for p in phases},
-        "update_s_steps": [r["timing/update"] for r in recs],
-        "generation_s_steps": [r["timing/generation"] for r in recs],
         "step_s": mean("timing/step"),
         "wall_step_s": sum(walls) / max(len(walls), 1),
         "mean_completion_len": mean("completions/mean_length"),
