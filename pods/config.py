@@ -114,6 +114,8 @@ class HardwareConfig:
     micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
     width_bucket: int = 0  # update micro-batch prompt and completion widths padded up to a multiple of
     # this (0 = off): a run then meets a few shapes, each allocated and tuned once
+    fused_logprobs: bool = False  # update: head + log-prob a chunk of positions at a time, never the
+    # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
