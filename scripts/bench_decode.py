@@ -111,6 +111,7 @@ def main() -> None:
                 row[f"{name}_x_limit"] = row[f"{name}_ms"] / row["limit_ms"]
             rows.append(row)
             print(json.dumps(row), flush=True)
+            save_results(Path(args.out), {"rows": rows, "args": vars(args)}, "partial\n")
     res = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,

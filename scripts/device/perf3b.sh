@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on one H100: the paper's 3B LoRA shape, decode against the bandwidth limit, PODS/GRPO step ratios.
 #   bash scripts/device/perf3b.sh 1   # 3B LoRA pods GRPO 16/16 + PODS 64/16; decode 3B and 0.5B
-#   bash scripts/device/perf3b.sh 2   # TRL 3B LoRA in the same process as pods; 0.5B full FT / LoRA ratios
+#   bash scripts/device/perf3b.sh 2   # decode 3B (128 new tokens) and 0.5B batch 64; 0.5B full FT / LoRA ratios
 # Each job runs under its own timeout; results: $OUT/perf<stage>.tgz, a short table last.
 set -o pipefail
 source scripts/device/setup.sh || exit 1
@@ -9,15 +9,16 @@ export OMP_NUM_THREADS=8
 S=${1:-1}; R=/tmp/perf$S; mkdir -p $R
 B3="--layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008"
 job() { local t=$1 name=$2; shift 2; echo "$(date +%T) start $name"
-  timeout $t "$@" > $R/$name.log 2>&1; echo "$(date +%T) $name rc=$?" | tee -a $R/status; }
+  timeout $t "$@" > $R/$name.log 2>&1; local rc=$?; echo "$(date +%T) $name rc=$rc" | tee -a $R/status; }
 if [ "$S" = 1 ]; then
   job 230 gpu3b python3 scripts/bench_gpu.py --lora $B3 --gradient-checkpointing --steps 3 --settings grpo16,pods64 --out $R/gpu3b
   job 150 dec3b python3 scripts/bench_decode.py $B3 --batches 16,64 --modes repeat_kv,compiled --new-tokens 256 --out $R/dec3b
   job 110 dec05 python3 scripts/bench_decode.py --batches 16,64 --modes repeat_kv,compiled --new-tokens 256 --out $R/dec05
 else
-  job 200 trl3b python3 scripts/bench_trl.py --steps 2 --lora $B3 --gradient-checkpointing --no-pods-extra --out $R/trl3b
+  job 200 dec3b python3 scripts/bench_decode.py $B3 --batches 16,64 --modes repeat_kv,compiled --new-tokens 128 --repeats 1 --out $R/dec3b
   job 120 full05 python3 scripts/bench_gpu.py --steps 4 --settings grpo16,pods64 --out $R/full05
   job 110 lora05 python3 scripts/bench_gpu.py --steps 4 --lora --settings grpo16,pods64 --out $R/lora05
+  job 75 dec05 python3 scripts/bench_decode.py --batches 64 --modes repeat_kv,compiled --new-tokens 128 --repeats 1 --out $R/dec05
 fi
 cd /tmp && tar czf ${OUT:-/tmp}/perf$S.tgz perf$S; cd - > /dev/null
 cat $R/status; for f in $R/*/results.md $R/*.md; do [ -f $f ] && { echo "== $f"; cat $f; }; done 2>/dev/null
