@@ -279,4 +279,6 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lora", action="store_true", help="LoRA r=64 on all linear layers (as hardware=gpu_lora)"
     )
-    p.add_argument("--set", nargs="*", default=[], help="extra pods config overrides, e.g. rollout.share_weights=false")
+    p.add_argument(
+        "--set", nargs="*", default=[], help="extra pods config overrides, e.g. rollout.share_weights=false"
+    )

@@ -81,7 +81,9 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
         weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
         c = model.config
-        kv_bytes_per_pos = c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2
+        kv_bytes_per_pos = (
+            c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2
+        )
         modes = args.modes.split(",")
         for batch in [int(b) for b in args.batches.split(",")]:
             row = {"batch": batch}

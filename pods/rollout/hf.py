@@ -164,6 +164,7 @@ class GenerationCopy:
             for leaf, b in mod._buffers.items():
                 if b is not None and b.is_meta:
                     raise ValueError(f"generation copy: buffer {leaf!r} was not materialised")
+
     @staticmethod
     @torch.no_grad()
     def _merged(model, keep=lambda name: True):

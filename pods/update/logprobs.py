@@ -104,7 +104,11 @@ class _LinearTokenLogprobs(torch.autograd.Function):
 
 
 def linear_token_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, temperature: float = 1.0, rows: int = 1024
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    rows: int = 1024,
 ) -> torch.Tensor:
     """(..., H) final hidden states, (V, H) output-embedding weight, (...) target ids -> (...) float32
     log p(target) under softmax(hidden @ weight.T / temperature), without the (..., V) logits: peak extra

@@ -171,7 +171,8 @@ def test_shared_copy_merges_in_place_and_restores_the_base_exactly(tiny, lora_kw
 
     model, tok = tiny
     peft_model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), LoraConfig(r=4, lora_alpha=8, **lora_kw)
+        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, **lora_kw),
     )
     with torch.no_grad():
         for n, p in peft_model.named_parameters():
@@ -205,7 +206,11 @@ def test_grouped_attention_equals_sdpa_with_padding():
 
     torch.manual_seed(0)
     cfg = Qwen2Config(
-        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
         num_key_value_heads=2,
     )
     m = Qwen2ForCausalLM(cfg).eval()

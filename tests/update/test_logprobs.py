@@ -85,8 +85,13 @@ def test_fused_completion_logprobs_equal_the_logits_path():
 
     torch.manual_seed(0)
     cfg = Qwen2Config(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(cfg)
     ids = torch.randint(3, 97, (3, 12))
