@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -274,6 +274,7 @@ class HFGenerator:
         max_prompt_len: int = 512,
         timer=None,
         share_weights: bool = False,
+        defer_stop: bool | None = None,
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -281,6 +282,8 @@ class HFGenerator:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.compiled, self.prompt_bucket, self.max_prompt_len = compiled, prompt_bucket, max_prompt_len
         self.timer = timer
+        # CUDA only: transformers' deferred check records device events (a CPU has none)
+        self.defer_stop = compiled and self.device.type == "cuda" if defer_stop is None else defer_stop
         self.warm_shapes: set[tuple[int, int]] = set()
         self.compile_seconds = 0.0
         self.copy = None
@@ -349,7 +352,8 @@ class HFGenerator:
             self._warm_up(ids, am, done, kwargs)
             self.warm_shapes.add((rows, lp))
         stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
-        out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+        with deferred_stop_check(self.defer_stop):
+            out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
         return out[:b, lp:].cpu()
 
     def _warm_up(self, ids, am, done, kwargs) -> None:
@@ -414,6 +418,31 @@ class HFGenerator:
             group_size=n,
             sampling=Sampling(temperature, top_p, top_k),
         )
+
+
+@contextmanager
+def deferred_stop_check(enabled: bool):
+    """Let generate() read "have all rows finished?" one decode step late, so the host queues step t+1 while
+    the GPU runs step t. transformers reads the flag synchronously every step except on Apple's mps (its
+    DeferredStopCheck: one extra decode step at the end, undone; the tokens returned are the same, the extra
+    step's draw advances the random stream). Without it the host waits for the GPU every token and the
+    Python side of each step adds to the GPU's time instead of overlapping it."""
+    from transformers.generation import utils as gen_utils
+
+    cls = getattr(gen_utils, "DeferredStopCheck", None)
+    if not enabled or cls is None:
+        yield
+        return
+    original = cls.__dict__["is_supported"]
+
+    def is_supported(device, cache, cache_is_returned, is_assistant) -> bool:
+        return not is_assistant and (cache is None or cache.is_croppable or not cache_is_returned)
+
+    cls.is_supported = staticmethod(is_supported)
+    try:
+        yield
+    finally:
+        cls.is_supported = original
 
 
 def _raise_recompile_limit(limit: int) -> None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 18 on one H100: the paper's 3B LoRA shape, decode against the bandwidth limit, PODS/GRPO step ratios.
 #   bash scripts/device/perf3b.sh 1   # 3B LoRA pods GRPO 16/16 + PODS 64/16; decode 3B and 0.5B
-#   bash scripts/device/perf3b.sh 2   # decode 3B (128 new tokens) and 0.5B batch 64; 0.5B full FT / LoRA ratios
+#   bash scripts/device/perf3b.sh 2   # 3B again with the deferred stop check; its token test on the GPU;
+#                                     # 0.5B full FT and LoRA GRPO 16/16 vs PODS 64/16
 # Each job runs under its own timeout; results: $OUT/perf<stage>.tgz, a short table last.
 set -o pipefail
 source scripts/device/setup.sh || exit 1
@@ -15,11 +16,11 @@ if [ "$S" = 1 ]; then
   job 150 dec3b python3 scripts/bench_decode.py $B3 --batches 16,64 --modes repeat_kv,compiled --new-tokens 256 --out $R/dec3b
   job 110 dec05 python3 scripts/bench_decode.py --batches 16,64 --modes repeat_kv,compiled --new-tokens 256 --out $R/dec05
 else
-  job 200 dec3b python3 scripts/bench_decode.py $B3 --batches 16,64 --modes repeat_kv,compiled --new-tokens 128 --repeats 1 --out $R/dec3b
-  job 120 full05 python3 scripts/bench_gpu.py --steps 4 --settings grpo16,pods64 --out $R/full05
-  job 110 lora05 python3 scripts/bench_gpu.py --steps 4 --lora --settings grpo16,pods64 --out $R/lora05
-  job 75 dec05 python3 scripts/bench_decode.py --batches 64 --modes repeat_kv,compiled --new-tokens 128 --repeats 1 --out $R/dec05
+  job 235 gpu3b python3 scripts/bench_gpu.py --lora $B3 --gradient-checkpointing --steps 3 --settings grpo16,pods64 --out $R/gpu3b
+  job 60 defer python3 -m pytest -q -p no:cacheprovider tests/rollout/test_hf.py -k deferred
+  job 100 full05 python3 scripts/bench_gpu.py --steps 4 --settings grpo16,pods64 --out $R/full05
+  job 95 lora05 python3 scripts/bench_gpu.py --steps 4 --lora --settings grpo16,pods64 --out $R/lora05
 fi
 cd /tmp && tar czf ${OUT:-/tmp}/perf$S.tgz perf$S; cd - > /dev/null
-cat $R/status; for f in $R/*/results.md $R/*.md; do [ -f $f ] && { echo "== $f"; cat $f; }; done 2>/dev/null
-grep -h "Error\|error" $R/*.log | grep -v "^ *warn" | tail -8
+cat $R/status; for f in $R/*/results.md $R/*/*.md; do [ -f $f ] && { echo "== $f"; cat $f; }; done 2>/dev/null
+grep -h "Error\|error\|passed\|failed" $R/*.log | grep -v "^ *warn" | tail -8

@@ -222,3 +222,46 @@ def test_grouped_attention_equals_sdpa_with_padding():
     m.set_attn_implementation(register())
     got = m(input_ids=ids, attention_mask=am, position_ids=pos).logits
     assert torch.allclose(want, got, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_deferred_stop_check_returns_the_same_tokens(tiny, temperature):
+    """Reading the stop flag one step late (on by default for CUDA) changes no returned token. CUDA only:
+    transformers' DeferredStopCheck records device events, which a CPU does not have."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
+    out = []
+    for defer in (False, True):
+        torch.manual_seed(7)
+        g = HFGenerator(
+            model,
+            tok,
+            "cuda",
+            8,
+            24,
+            compiled=True,
+            dtype=torch.bfloat16,
+            prompt_bucket=16,
+            max_prompt_len=64,
+            defer_stop=defer,
+        )
+        out.append(g.generate(PROMPTS[:2], [0, 1], 4, temperature))
+    assert out[0].texts == out[1].texts
+    assert torch.equal(out[0].input_ids, out[1].input_ids)
+    assert torch.equal(out[0].completion_mask, out[1].completion_mask)
+
+
+def test_deferred_stop_check_is_patched_only_inside_the_block():
+    from transformers.generation.utils import DeferredStopCheck
+
+    from pods.rollout.hf import deferred_stop_check
+
+    cuda = torch.device("cuda")
+    assert not DeferredStopCheck.is_supported(cuda, None, False, False)
+    with deferred_stop_check(True):
+        assert DeferredStopCheck.is_supported(cuda, None, False, False)
+        assert not DeferredStopCheck.is_supported(cuda, None, False, True)  # never for an assistant
+    assert not DeferredStopCheck.is_supported(cuda, None, False, False)
