@@ -26,7 +26,7 @@ def tiny():
     return model, tok
 
 
-def gen(tiny, compiled: bool, batch_size: int = 256, timer=None) -> HFGenerator:
+def gen(tiny, compiled: bool, batch_size: int = 256, timer=None, **kw) -> HFGenerator:
     model, tok = tiny
     return HFGenerator(
         model,
@@ -39,6 +39,7 @@ def gen(tiny, compiled: bool, batch_size: int = 256, timer=None) -> HFGenerator:
         prompt_bucket=16,
         max_prompt_len=64,
         timer=timer,
+        **kw,
     )
 
 
@@ -47,9 +48,12 @@ def test_shape_helpers():
     assert [chunk_rows(n, 256) for n in (1, 2, 3, 16, 17, 256, 999)] == [1, 2, 4, 16, 32, 256, 256]
 
 
-def test_greedy_is_token_identical_to_the_dynamic_cache(tiny):
+@pytest.mark.parametrize("fit", [False, True], ids=["widest-cache", "cache-fits-prompt"])
+def test_greedy_is_token_identical_to_the_dynamic_cache(tiny, fit):
     dyn = gen(tiny, compiled=False).generate(PROMPTS, [0, 1, 2], 1, 0.0)
-    fast = gen(tiny, compiled=True).generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
+    g = gen(tiny, compiled=True, size_cache_to_prompt=fit)
+    assert g._gen_kwargs(0.0, 1.0, 0, 16)["max_cache_len"] == (16 if fit else 64) + 24
+    fast = g.generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
     assert fast.texts == dyn.texts
     assert fast.prompt_len == 16 and dyn.prompt_len < 16  # bucketed prompt width
     assert torch.equal(fast.completion_mask, dyn.completion_mask)
