@@ -70,37 +70,46 @@ class _LinearTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, target, temperature: float, rows: int):
-        w = weight.to(hidden.dtype)  # autocast's compute dtype (the master weight may be float32)
+        dtype = _compute_dtype(hidden)
+        w = weight.to(dtype)  # the master weight may be float32: matmuls run in the compute dtype
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], rows):
-            x = (hidden[s : s + rows] @ w.T).float() / temperature
+            x = (hidden[s : s + rows].to(dtype) @ w.T).float() / temperature
             lse[s : s + rows] = torch.logsumexp(x, -1)
             out[s : s + rows] = x.gather(-1, target[s : s + rows, None]).squeeze(-1) - lse[s : s + rows]
         ctx.save_for_backward(hidden, weight, target, lse)
-        ctx.temperature, ctx.rows = temperature, rows
+        ctx.temperature, ctx.rows, ctx.dtype = temperature, rows, dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, target, lse = ctx.saved_tensors
-        t, rows = ctx.temperature, ctx.rows
-        w = weight.to(hidden.dtype)
+        t, rows, dtype = ctx.temperature, ctx.rows, ctx.dtype  # backward runs outside autocast
+        w = weight.to(dtype)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         g = grad_out.float()
         for s in range(0, hidden.shape[0], rows):
-            h = hidden[s : s + rows]
+            h = hidden[s : s + rows].to(dtype)
             gs = g[s : s + rows, None]
             # d/dlogits [x_y / t - logsumexp(x / t)] = (onehot(y) - softmax(x / t)) / t
             gx = torch.exp((h @ w.T).float() / t - lse[s : s + rows, None]).mul_(-gs)
             gx.scatter_add_(-1, target[s : s + rows, None], gs)
-            gx = gx.div_(t).to(hidden.dtype)
+            gx = gx.div_(t).to(dtype)
             if grad_h is not None:
                 grad_h[s : s + rows] = gx @ w
             if grad_w is not None:
-                grad_w.addmm_(gx.T.float(), h.float())
+                grad_w.add_(gx.T @ h)  # (V, H) in the compute dtype, summed in float32
         return grad_h, grad_w.to(weight.dtype) if grad_w is not None else None, None, None, None
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run a matmul of `x` in (its own dtype outside autocast)."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
 
 
 def linear_token_logprobs(

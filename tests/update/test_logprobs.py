@@ -105,3 +105,20 @@ def test_fused_completion_logprobs_equal_the_logits_path():
         out.append((lp.detach(), model.model.embed_tokens.weight.grad.clone()))
     assert torch.allclose(out[0][0], out[1][0], atol=1e-5)
     assert torch.allclose(out[0][1], out[1][1], atol=1e-5)
+
+
+def test_linear_token_logprobs_compute_in_the_autocast_dtype_with_float32_grads():
+    """Under autocast (float32 master weights, bf16 compute) the chunks run in bf16 in both passes; the
+    log-probs and gradients come back float32, close to the float32 values."""
+    from pods.update.logprobs import linear_token_logprobs
+
+    torch.manual_seed(0)
+    h = torch.randn(2, 5, 16, requires_grad=True)
+    w = (0.3 * torch.randn(40, 16)).requires_grad_()
+    y = torch.randint(0, 40, (2, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = linear_token_logprobs(h, w, y, 0.9, rows=3)
+    got.sum().backward()
+    want = torch.log_softmax((h @ w.T) / 0.9, -1).gather(-1, y[..., None]).squeeze(-1)
+    assert got.dtype == h.grad.dtype == w.grad.dtype == torch.float32
+    assert torch.allclose(got, want, atol=0.05)
