@@ -154,6 +154,7 @@ def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, sele
         overrides.append(f"hardware.micro_batch_size={args.micro_batch_size}")
     if args.gradient_checkpointing is not None:
         overrides.append(f"hardware.gradient_checkpointing={args.gradient_checkpointing}")
+    overrides += list(getattr(args, "set", None) or [])
     register_schema()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -277,4 +278,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument(
         "--lora", action="store_true", help="LoRA r=64 on all linear layers (as hardware=gpu_lora)"
+    )
+    p.add_argument(
+        "--set", nargs="*", default=[], help="extra pods config overrides, e.g. rollout.share_weights=false"
     )

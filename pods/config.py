@@ -112,6 +112,10 @@ class HardwareConfig:
     gradient_checkpointing: bool = False
     micro_batch_size: int = 16  # max sequences per forward/backward in the update
     micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
+    width_bucket: int = 0  # update micro-batch prompt and completion widths padded up to a multiple of
+    # this (0 = off): a run then meets a few shapes, each allocated and tuned once
+    fused_logprobs: bool = False  # update: head + log-prob a chunk of positions at a time, never the
+    # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
@@ -129,6 +133,10 @@ class RolloutConfig:
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
     compile: str = "auto"  # hf: static KV cache + compiled decoding; auto = on CUDA only | true | false
     prompt_bucket: int = 64  # hf compiled: prompts are left-padded to a multiple of this (fewer shapes)
+    share_weights: bool = True  # hf compiled + LoRA: decode on the policy's own base with the adapter
+    # merged in place (restored from a host copy after), instead of a second bf16 copy of the model
+    size_cache_to_prompt: bool = False  # hf compiled: static cache of this prompt width + new tokens, not
+    # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
 
@@ -314,6 +322,7 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"hardware.num_threads={h.num_threads}: must be >= 0 (0 = automatic)")
     _interval("hardware.vllm_gpu_memory_utilization", h.vllm_gpu_memory_utilization, 0, 1, "(]")
     _at_least("hardware.micro_batch_tokens", h.micro_batch_tokens, 0, " (0 = rows only)")
+    _at_least("hardware.width_bucket", h.width_bucket, 0, " (0 = off)")
 
     r = cfg.rollout
     _choice("rollout.backend", r.backend, ["hf", "vllm"])

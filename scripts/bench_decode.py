@@ -1,11 +1,19 @@
-"""Milliseconds per decode step of pods' hf rollout backend, dynamic cache vs the compiled path, against
-the memory-bandwidth limit (every decode step reads every weight once: weight bytes / copy bandwidth).
+"""Milliseconds per decode step of pods' hf rollout backend against the memory-bandwidth limit.
 
-A random model of Qwen2.5-0.5B's shape in bf16 (no hub), 1 prompt x `batch` samples at T=1, --new-tokens
-per call. ms/step = seconds of a timed call / decode steps it ran (its longest completion). The compiled
-path's first call at each batch size (compile + CUDA-graph capture) is reported as compile seconds.
+Modes: `dynamic` (generate on the model, dynamic cache), `repeat_kv` (the compiled path with transformers'
+sdpa attention, which expands the grouped KV heads every step), `compiled` (the compiled path as it is:
+grouped attention that reads each KV head once, pods/rollout/attention.py). The limit: every decode step
+reads every weight once and the whole static KV cache once (batch x (prompt width + new tokens) positions):
+(weight bytes + cache bytes) / measured copy bandwidth.
+
+A random model of the given shape in bf16 (no hub; Qwen2.5-0.5B's by default), 1 prompt x `batch` samples
+at T=1, --new-tokens per call. ms/step = seconds of a timed call / decode steps it ran (its longest
+completion). The compiled path's first call at each batch size (compile + CUDA-graph capture) is reported
+as compile seconds.
 
     PYTHONPATH=. python scripts/bench_decode.py --out results/bench_decode        # one GPU, ~3 min
+    PYTHONPATH=. python scripts/bench_decode.py --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
+        --intermediate 11008 --batches 16,64 --modes repeat_kv,compiled          # Qwen2.5-3B shape
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ def main() -> None:
     p.add_argument("--batches", default="16,64,256")
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--modes", default="dynamic,repeat_kv,compiled")
+    p.add_argument("--max-prompt-len", type=int, default=128)
     p.add_argument("--out", default="results/bench_decode")
     args = p.parse_args()
     args.device = "cuda"
@@ -70,54 +80,61 @@ def main() -> None:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
         weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
-        limit_ms = weight_bytes / bw * 1e3
+        c = model.config
+        kv_bytes_per_pos = (
+            c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2
+        )
+        modes = args.modes.split(",")
         for batch in [int(b) for b in args.batches.split(",")]:
             row = {"batch": batch}
-            for name, compiled in (("dynamic", False), ("compiled", True)):
+            for name in modes:
                 gen = HFGenerator(
                     model,
                     tok,
                     "cuda",
                     batch,
                     args.new_tokens,
-                    compiled=compiled,
+                    compiled=name != "dynamic",
                     dtype=torch.bfloat16,
-                    max_prompt_len=128,
+                    max_prompt_len=args.max_prompt_len,
                 )
+                if name == "repeat_kv":
+                    gen.decoder.set_attn_implementation("sdpa")
                 first, ms = time_call(gen, batch, args.repeats)
                 row[f"{name}_ms"], row[f"{name}_first_s"] = ms, first
-                if compiled:
-                    row["compile_s"] = gen.compile_seconds
+                if name != "dynamic":
+                    row[f"{name}_compile_s"] = gen.compile_seconds
+                row["prompt_width"] = gen.tokenize(["x" * 80], False)[0].shape[1]
                 del gen
                 torch.cuda.empty_cache()
-            row["speedup"] = row["dynamic_ms"] / row["compiled_ms"]
-            row["x_limit"] = row["compiled_ms"] / limit_ms
+            cache_bytes = batch * (row["prompt_width"] + args.new_tokens) * kv_bytes_per_pos
+            row["limit_ms"] = (weight_bytes + cache_bytes) / bw * 1e3
+            for name in modes:
+                row[f"{name}_x_limit"] = row[f"{name}_ms"] / row["limit_ms"]
             rows.append(row)
             print(json.dumps(row), flush=True)
+            save_results(Path(args.out), {"rows": rows, "args": vars(args)}, "partial\n")
     res = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "weight_gib": weight_bytes / 2**30,
         "copy_bandwidth_tb_s": bw / 1e12,
-        "limit_ms": limit_ms,
         "args": vars(args),
         "rows": rows,
     }
     lines = [
         f"# Decode ms per step ({res['device']}, torch {res['torch']})",
         "",
-        f"Qwen2.5-0.5B shape, bf16, {res['weight_gib']:.2f} GiB of weights; measured copy bandwidth "
-        f"{res['copy_bandwidth_tb_s']:.2f} TB/s, so the bandwidth limit is {limit_ms:.2f} ms per step. "
+        f"{args.layers} layers, hidden {args.hidden}, bf16, {res['weight_gib']:.2f} GiB of weights; measured copy "
+        f"bandwidth {res['copy_bandwidth_tb_s']:.2f} TB/s; limit = (weights + static KV cache) / bandwidth. "
         f"1 prompt x batch samples, {args.new_tokens} new tokens, mean of {args.repeats} calls after the first.",
         "",
-        "| batch | dynamic ms/step | compiled ms/step | speedup | compiled / limit | compile s |",
-        "|---|---|---|---|---|---|",
+        "| batch | limit ms | " + " | ".join(f"{m} ms/step | {m} / limit" for m in modes) + " |",
+        "|---|---|" + "---|---|" * len(modes),
     ]
     for r in rows:
-        lines.append(
-            f"| {r['batch']} | {r['dynamic_ms']:.2f} | {r['compiled_ms']:.2f} | {r['speedup']:.1f}x | "
-            f"{r['x_limit']:.1f}x | {r['compile_s']:.0f} |"
-        )
+        cells = [f"{r[m + '_ms']:.2f} | {r[m + '_x_limit']:.1f}x" for m in modes]
+        lines.append(f"| {r['batch']} | {r['limit_ms']:.2f} | " + " | ".join(cells) + " |")
     save_results(Path(args.out), res, "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -31,6 +31,8 @@ def build_generator(cfg, model, tokenizer, device, timer=None):
             prompt_bucket=cfg.rollout.prompt_bucket,
             max_prompt_len=cfg.model.max_prompt_len,
             timer=timer,
+            share_weights=cfg.rollout.share_weights,
+            size_cache_to_prompt=cfg.rollout.size_cache_to_prompt,
         )
     if cfg.rollout.backend == "vllm":
         from pods.rollout.vllm import VLLMGenerator

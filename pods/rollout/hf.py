@@ -11,20 +11,22 @@ Two paths, one sampling distribution:
   prompts are left-padded to a multiple of `prompt_bucket`, chunks have a fixed number of rows (the last is
   padded with rows that are stopped at once), and the cache always holds `max_prompt_len + max_new_tokens`.
   The first call at a new shape is a warm-up (compile + graph capture) timed as `compile`, outside the
-  training clock, with the random streams restored so the warm-up draws nothing.
+  training clock, with the random streams restored so the warm-up draws nothing. Attention reads each
+  grouped KV head once (pods/rollout/attention.py), and the host does not wait for the GPU every token
+  (`deferred_stop_check`). With LoRA the copy can be the policy's own base (pods/rollout/gen_copy.py).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts, Sampling
+from pods.rollout.gen_copy import GenerationCopy
 
 
 def completion_mask_from_eos(tokens: torch.Tensor, eos_ids: list[int], pad_id: int) -> torch.Tensor:
@@ -75,113 +77,6 @@ class _StopRows(StoppingCriteria):
         return self.done
 
 
-_PEFT_PREFIX = "base_model.model."
-
-
-def _unwrap(model):
-    """The plain transformers model under DDP / peft wrappers (its config, its parameter names)."""
-    model = getattr(model, "module", model)
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor (FSDP shard) as the whole tensor (a collective: every rank calls it in the same order)."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-class GenerationCopy:
-    """The policy's weights in the compute dtype, in a plain transformers model used only for decoding.
-
-    `sync(model)` copies the training weights in place (fixed addresses: compiled graphs stay valid). With
-    peft LoRA the copy holds base + B @ A * scale for every adapted layer: generation never runs the adapter.
-    """
-
-    def __init__(self, model, device, dtype: torch.dtype):
-        from transformers import AutoModelForCausalLM
-
-        base = _unwrap(model)
-        with torch.random.fork_rng(devices=[]):  # its random init (overwritten below) draws nothing
-            self.model = AutoModelForCausalLM.from_config(
-                base.config, dtype=dtype, attn_implementation=base.config._attn_implementation
-            )
-        self.model.to(device).eval().requires_grad_(False)
-        self.model.generation_config = base.generation_config
-        adapted = {
-            n.removeprefix(_PEFT_PREFIX) for n, m in model.named_modules() if hasattr(m, "get_delta_weight")
-        }
-        if "lm_head" in adapted and "lm_head.weight" not in dict(self.model.named_parameters()):
-            # an adapter on a tied head: the copy needs a head of its own (base embedding + the head's delta)
-            self.model.lm_head.weight = torch.nn.Parameter(self.model.lm_head.weight.detach().clone(), False)
-            self.model.config.tie_word_embeddings = False
-        self._synced_frozen = False
-        self.sync(model)
-
-    @staticmethod
-    @torch.no_grad()
-    def _merged(model) -> dict[str, torch.Tensor]:
-        """peft: parameter name -> base weight + the deltas of the active LoRA adapters, per adapted layer."""
-        model = getattr(model, "module", model)  # DDP
-        if not hasattr(model, "get_base_model"):
-            return {}
-        if any(getattr(c, "use_dora", False) for c in getattr(model, "peft_config", {}).values()):
-            raise ValueError(
-                "rollout.compile: a DoRA adapter cannot be merged here; use rollout.compile=false"
-            )
-        out = {}
-        for name, mod in model.named_modules():
-            if not (hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer")):
-                continue
-            w = _full(mod.get_base_layer().weight).float()
-            if not getattr(mod, "disable_adapters", False):
-                for adapter in mod.active_adapters:
-                    if adapter in getattr(mod, "lora_A", {}) or adapter in getattr(
-                        mod, "lora_embedding_A", {}
-                    ):
-                        w = w + mod.get_delta_weight(adapter).float()
-            out[name.removeprefix(_PEFT_PREFIX) + ".weight"] = w
-        return out
-
-    @staticmethod
-    def _plain_names(model) -> dict[str, torch.Tensor]:
-        """Training parameters under the names a plain transformers model gives them (peft wrappers, its
-        base_layer and modules_to_save copies mapped back; the frozen original of a saved module left out)."""
-        model = getattr(model, "module", model)  # DDP
-        if not hasattr(model, "get_base_model"):
-            return dict(model.named_parameters())
-        out = {}
-        for n, p in model.named_parameters():
-            if ".original_module." in n or ".lora_" in n:  # adapters reach the copy merged (_merged)
-                continue
-            n = re.sub(r"\.modules_to_save\.[^.]+\.", ".", n.removeprefix(_PEFT_PREFIX))
-            out[n.replace(".base_layer", "")] = p
-        return out
-
-    @torch.no_grad()
-    def sync(self, model) -> None:
-        """Copy the policy's current weights into the generation copy, in place. Every training weight must
-        land somewhere: a weight the copy has no place for is an error, not a silent divergence."""
-        lora, params = self._merged(model), self._plain_names(model)
-        used = set()
-        for name, dst in self.model.named_parameters():
-            if name in lora:
-                dst.copy_(lora[name])
-                used.add(name)
-                continue
-            src = params.get(name)
-            if src is None:
-                raise KeyError(f"generation copy: no training parameter named {name!r}")
-            used.add(name)
-            if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
-                dst.copy_(_full(src.detach()))
-        lost = sorted(n for n in {*lora, *(k for k, p in params.items() if p.requires_grad)} if n not in used)
-        if lost:
-            raise ValueError(
-                f"generation copy: trained weights {lost[:4]} have no place in the copy (tied or renamed "
-                "modules); use rollout.compile=false"
-            )
-        self._synced_frozen = True
-
-
 class HFGenerator:
     def __init__(
         self,
@@ -195,19 +90,24 @@ class HFGenerator:
         prompt_bucket: int = 64,
         max_prompt_len: int = 512,
         timer=None,
+        share_weights: bool = False,
+        defer_stop: bool | None = None,
+        size_cache_to_prompt: bool = False,
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.compiled, self.prompt_bucket, self.max_prompt_len = compiled, prompt_bucket, max_prompt_len
-        self.timer = timer
+        self.timer, self.size_cache_to_prompt = timer, size_cache_to_prompt
+        # CUDA only: transformers' deferred check records device events (a CPU has none)
+        self.defer_stop = compiled and self.device.type == "cuda" if defer_stop is None else defer_stop
         self.warm_shapes: set[tuple[int, int]] = set()
         self.compile_seconds = 0.0
         self.copy = None
         if compiled:
             _raise_recompile_limit(64)
-            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16)
+            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16, share=share_weights)
 
     @property
     def decoder(self):
@@ -251,10 +151,16 @@ class HFGenerator:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k=0 disables it
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        if self.compiled:  # one cache size for every prompt width: the decode graph never changes shape
-            width = max(lp, bucketed_len(self.max_prompt_len, self.prompt_bucket, self.max_prompt_len))
+        if self.compiled:
+            # one cache size for every prompt width: the decode graph depends on the row count only. With
+            # size_cache_to_prompt the cache holds this width + new tokens: less KV to read per step, but one
+            # compile per (rows, width) (~20-35 s each at 0.5B-3B on an H100).
+            width = lp if self.size_cache_to_prompt else max(lp, self._max_width())
             kwargs.update(cache_implementation="static", max_cache_len=width + self.max_new_tokens)
         return kwargs
+
+    def _max_width(self) -> int:
+        return bucketed_len(self.max_prompt_len, self.prompt_bucket, self.max_prompt_len)
 
     def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
         """(b, Lp) -> (b, Lc) new tokens; on the compiled path padded to a fixed row count first."""
@@ -271,7 +177,8 @@ class HFGenerator:
             self._warm_up(ids, am, done, kwargs)
             self.warm_shapes.add((rows, lp))
         stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
-        out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+        with deferred_stop_check(self.defer_stop):
+            out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
         return out[:b, lp:].cpu()
 
     def _warm_up(self, ids, am, done, kwargs) -> None:
@@ -306,12 +213,18 @@ class HFGenerator:
         self.decoder.eval()
         kwargs = self._gen_kwargs(temperature, top_p, top_k, ids.shape[1])
         saved_bs, self.batch_size = self.batch_size, bs
+        if self.copy is not None:
+            self.copy.merge(self.model)  # share_weights: adapters into the base for decoding
+            if self.size_cache_to_prompt:  # transformers keeps the largest cache it has made otherwise
+                self.decoder._previous_max_cache_length = -1
         try:
             chunks = [
                 self._generate_chunk(ids[s : s + bs], am[s : s + bs], kwargs) for s in range(0, len(ids), bs)
             ]
         finally:
             self.batch_size = saved_bs
+            if self.copy is not None:
+                self.copy.restore()
             if was_training:
                 self.decoder.train()
         width = max(c.shape[1] for c in chunks)
@@ -331,6 +244,31 @@ class HFGenerator:
             group_size=n,
             sampling=Sampling(temperature, top_p, top_k),
         )
+
+
+@contextmanager
+def deferred_stop_check(enabled: bool):
+    """Let generate() read "have all rows finished?" one decode step late, so the host queues step t+1 while
+    the GPU runs step t. transformers reads the flag synchronously every step except on Apple's mps (its
+    DeferredStopCheck: one extra decode step at the end, undone; the tokens returned are the same, the extra
+    step's draw advances the random stream). Without it the host waits for the GPU every token and the
+    Python side of each step adds to the GPU's time instead of overlapping it."""
+    from transformers.generation import utils as gen_utils
+
+    cls = getattr(gen_utils, "DeferredStopCheck", None)
+    if not enabled or cls is None:
+        yield
+        return
+    original = cls.__dict__["is_supported"]
+
+    def is_supported(device, cache, cache_is_returned, is_assistant) -> bool:
+        return not is_assistant and (cache is None or cache.is_croppable or not cache_is_returned)
+
+    cls.is_supported = staticmethod(is_supported)
+    try:
+        yield
+    finally:
+        cls.is_supported = original
 
 
 def _raise_recompile_limit(limit: int) -> None:

@@ -62,3 +62,69 @@ def token_logprobs(
     flat = logits.reshape(-1, logits.shape[-1])
     out = _TokenLogprobs.apply(flat, target.reshape(-1), float(temperature), int(chunk_elements))
     return out.view(shape)
+
+
+class _LinearTokenLogprobs(torch.autograd.Function):
+    """log p(target) of logits = hidden @ weight.T / t, computed `rows` positions at a time: the (N, V)
+    logits never exist whole, in the forward or the backward (which recomputes each chunk's logits)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, temperature: float, rows: int):
+        dtype = _compute_dtype(hidden)
+        w = weight.to(dtype)  # the master weight may be float32: matmuls run in the compute dtype
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        lse = torch.empty_like(out)
+        for s in range(0, hidden.shape[0], rows):
+            x = (hidden[s : s + rows].to(dtype) @ w.T).float() / temperature
+            lse[s : s + rows] = torch.logsumexp(x, -1)
+            out[s : s + rows] = x.gather(-1, target[s : s + rows, None]).squeeze(-1) - lse[s : s + rows]
+        ctx.save_for_backward(hidden, weight, target, lse)
+        ctx.temperature, ctx.rows, ctx.dtype = temperature, rows, dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, target, lse = ctx.saved_tensors
+        t, rows, dtype = ctx.temperature, ctx.rows, ctx.dtype  # backward runs outside autocast
+        w = weight.to(dtype)
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        g = grad_out.float()
+        for s in range(0, hidden.shape[0], rows):
+            h = hidden[s : s + rows].to(dtype)
+            gs = g[s : s + rows, None]
+            # d/dlogits [x_y / t - logsumexp(x / t)] = (onehot(y) - softmax(x / t)) / t
+            gx = torch.exp((h @ w.T).float() / t - lse[s : s + rows, None]).mul_(-gs)
+            gx.scatter_add_(-1, target[s : s + rows, None], gs)
+            gx = gx.div_(t).to(dtype)
+            if grad_h is not None:
+                grad_h[s : s + rows] = gx @ w
+            if grad_w is not None:
+                grad_w.add_(gx.T @ h)  # (V, H) in the compute dtype, summed in float32
+        return grad_h, grad_w.to(weight.dtype) if grad_w is not None else None, None, None, None
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run a matmul of `x` in (its own dtype outside autocast)."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def linear_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    rows: int = 1024,
+) -> torch.Tensor:
+    """(..., H) final hidden states, (V, H) output-embedding weight, (...) target ids -> (...) float32
+    log p(target) under softmax(hidden @ weight.T / temperature), without the (..., V) logits: peak extra
+    memory is one chunk of `rows` x V logits (float32 and the compute dtype). Differentiable in both."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    shape = target.shape
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    out = _LinearTokenLogprobs.apply(flat, weight, target.reshape(-1), float(temperature), int(rows))
+    return out.view(shape)

@@ -8,21 +8,44 @@ from dataclasses import dataclass
 import torch
 
 from pods.batch import Rollouts
-from pods.update.logprobs import token_logprobs
+from pods.update.logprobs import linear_token_logprobs, token_logprobs
 from pods.update.loss import policy_loss
 
 
+def _plain_head(model) -> torch.nn.Linear | None:
+    """The output projection when it is a plain Linear with a whole (unsharded) weight, else None (an
+    adapter on the head, an FSDP shard): then the logits come from the model itself."""
+    inner = getattr(model, "module", model)  # DDP
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    ok = type(head) is torch.nn.Linear and not hasattr(head.weight, "full_tensor")
+    return head if ok else None
+
+
 def completion_logprobs(
-    model, input_ids, attention_mask, prompt_len: int, temperature: float = 1.0
+    model, input_ids, attention_mask, prompt_len: int, temperature: float = 1.0, fused: bool = False
 ) -> torch.Tensor:
     """(B, Lp + Lc) sequences -> (B, Lc) log-probs of each completion token under `model`.
 
     Logits are divided by the sampling temperature so the ratio compares the policy that sampled.
     Only the last Lc + 1 positions get logits (`logits_to_keep`): the vocabulary projection of the
-    prompt is never materialised.
+    prompt is never materialised. `fused`: not even those; the final hidden states go through the head
+    a chunk of positions at a time (pods/update/logprobs.py: linear_token_logprobs).
     """
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding: positions start at 0
     lc = input_ids.shape[1] - prompt_len
+    head = _plain_head(model) if fused else None
+    if head is not None:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),  # no logits
+            output_hidden_states=True,
+            use_cache=False,
+        )
+        hidden = out.hidden_states[-1][:, prompt_len - 1 : -1]  # (B, Lc, H), after the final norm
+        return linear_token_logprobs(hidden, head.weight, input_ids[:, prompt_len:], temperature)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -70,13 +93,24 @@ def plan_micro_batches(
     return out
 
 
+def bucket_up(width: int, bucket: int, cap: int) -> int:
+    """`width` rounded up to a multiple of `bucket` (0 = as is), at most `cap`.
+
+    >>> bucket_up(70, 64, 512), bucket_up(70, 0, 512), bucket_up(500, 64, 510)
+    (128, 70, 510)
+    """
+    return min(-(-width // bucket) * bucket, cap) if bucket > 0 else width
+
+
 def micro_view(
-    batch: Rollouts, mb: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor], device
+    batch: Rollouts, mb: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor], device, bucket: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width).
-    `lengths`: the batch's row_lengths, computed once per update."""
+    `lengths`: the batch's row_lengths, computed once per update. `bucket` > 0 rounds both widths up to
+    a multiple of it (more padding, fewer distinct shapes: each is allocated and tuned once)."""
     p_len, c_len = lengths
-    pw, cw = int(p_len[mb].max()), int(c_len[mb].max())
+    pw = bucket_up(int(p_len[mb].max()), bucket, batch.prompt_len)
+    cw = bucket_up(int(c_len[mb].max()), bucket, batch.completion_mask.shape[1])
     cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
     return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw
 
@@ -93,6 +127,8 @@ class UpdateSettings:
     grad_clip: float = 0.0  # 0 = off
     micro_batch_size: int = 16
     micro_batch_tokens: int = 0  # 0 = rows only
+    width_bucket: int = 0  # 0 = each micro-batch cut to its own width
+    fused_logprobs: bool = False  # head + log-prob a chunk at a time: no (B, Lc, V) logits
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -106,20 +142,29 @@ class UpdateSettings:
             grad_clip=cfg.optim.grad_clip,
             micro_batch_size=hw.micro_batch_size,
             micro_batch_tokens=hw.micro_batch_tokens,
+            width_bucket=hw.width_bucket,
+            fused_logprobs=hw.fused_logprobs,
         )
 
 
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: Rollouts | None, mbs: list[torch.Tensor], device, dist=None, passes: int = 0
+    model,
+    batch: Rollouts | None,
+    mbs: list[torch.Tensor],
+    device,
+    dist=None,
+    passes: int = 0,
+    bucket: int = 0,
+    fused: bool = False,
 ) -> torch.Tensor | None:
     """Log-probs of the rows of micro-batches `mbs` at the batch's sampling temperature; under lock-step
     (FSDP) `dist` runs empty forwards up to `passes` in all. A rank with no groups (batch None) returns None."""
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
     lengths = row_lengths(batch) if mbs else None
     for mb in mbs:
-        ids, am, pw, cw = micro_view(batch, mb, lengths, device)
-        out[mb, :cw] = completion_logprobs(model, ids, am, pw, batch.sampling.temperature).cpu()
+        ids, am, pw, cw = micro_view(batch, mb, lengths, device, bucket)
+        out[mb, :cw] = completion_logprobs(model, ids, am, pw, batch.sampling.temperature, fused).cpu()
     for _ in range(passes - len(mbs)):
         dist.empty_forward(model, device)
     return out
@@ -176,8 +221,9 @@ def policy_update(
     )
     passes = dist.passes(len(micro))  # FSDP: every rank runs as many passes as the busiest one
     fwd = dist.forward_passes(len(micro))
-    old = batch_logprobs(model, batch, micro, device, dist, fwd) if us.mu > 1 and fwd else None
-    ref = batch_logprobs(ref_model, batch, micro, device) if us.beta > 0 and len(rows) else None
+    wb, fu = us.width_bucket, us.fused_logprobs
+    old = batch_logprobs(model, batch, micro, device, dist, fwd, wb, fu) if us.mu > 1 and fwd else None
+    ref = batch_logprobs(ref_model, batch, micro, device, bucket=wb) if us.beta > 0 and len(rows) else None
     step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
@@ -215,8 +261,8 @@ def policy_update(
 
 def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
     b = step.batch
-    ids, am, pw, cw = micro_view(b, mb, step.lengths, device)
-    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature)
+    ids, am, pw, cw = micro_view(b, mb, step.lengths, device, us.width_bucket)
+    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs)
     loss, st = policy_loss(
         logp,
         step.old[mb, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1

@@ -26,7 +26,7 @@ def tiny():
     return model, tok
 
 
-def gen(tiny, compiled: bool, batch_size: int = 256, timer=None) -> HFGenerator:
+def gen(tiny, compiled: bool, batch_size: int = 256, timer=None, **kw) -> HFGenerator:
     model, tok = tiny
     return HFGenerator(
         model,
@@ -39,6 +39,7 @@ def gen(tiny, compiled: bool, batch_size: int = 256, timer=None) -> HFGenerator:
         prompt_bucket=16,
         max_prompt_len=64,
         timer=timer,
+        **kw,
     )
 
 
@@ -47,9 +48,12 @@ def test_shape_helpers():
     assert [chunk_rows(n, 256) for n in (1, 2, 3, 16, 17, 256, 999)] == [1, 2, 4, 16, 32, 256, 256]
 
 
-def test_greedy_is_token_identical_to_the_dynamic_cache(tiny):
+@pytest.mark.parametrize("fit", [False, True], ids=["widest-cache", "cache-fits-prompt"])
+def test_greedy_is_token_identical_to_the_dynamic_cache(tiny, fit):
     dyn = gen(tiny, compiled=False).generate(PROMPTS, [0, 1, 2], 1, 0.0)
-    fast = gen(tiny, compiled=True).generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
+    g = gen(tiny, compiled=True, size_cache_to_prompt=fit)
+    assert g._gen_kwargs(0.0, 1.0, 0, 16)["max_cache_len"] == (16 if fit else 64) + 24
+    fast = g.generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
     assert fast.texts == dyn.texts
     assert fast.prompt_len == 16 and dyn.prompt_len < 16  # bucketed prompt width
     assert torch.equal(fast.completion_mask, dyn.completion_mask)
@@ -153,3 +157,115 @@ def test_compile_auto_is_on_for_cuda_only_and_never_with_a_4bit_base(make_cfg):
     assert not use_compiled(make_cfg("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
     assert use_compiled(make_cfg("rollout.compile=true"), cpu)
     assert not use_compiled(make_cfg("rollout.compile=false"), cuda)
+
+
+@pytest.mark.parametrize(
+    "lora_kw",
+    [
+        {"target_modules": ["q_proj", "up_proj"]},
+        {"target_modules": ["q_proj", "lm_head"]},
+        {"target_modules": ["q_proj"], "modules_to_save": ["input_layernorm"]},
+    ],
+    ids=["linear", "tied-head", "modules-to-save"],
+)
+def test_shared_copy_merges_in_place_and_restores_the_base_exactly(tiny, lora_kw):
+    """share_weights: the copy is the policy's own storage; decoding sees base + adapter, and afterwards the
+    base is bit-identical to before; greedy tokens equal those of a separate copy."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = tiny
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, **lora_kw),
+    )
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n or "modules_to_save" in n:
+                p.normal_(1.0 if "modules_to_save" in n else 0.0, 0.05)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    kw = dict(compiled=True, dtype=torch.float32, max_prompt_len=64, prompt_bucket=16)
+    shared = HFGenerator(peft_model, tok, "cpu", 8, 12, share_weights=True, **kw)
+    separate = HFGenerator(peft_model, tok, "cpu", 8, 12, **kw)
+    q = "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"
+    copy_q = dict(shared.decoder.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
+    assert copy_q.data_ptr() == dict(peft_model.named_parameters())[q].data_ptr()  # no second copy
+    ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"]
+    shared.copy.merge(peft_model)
+    with torch.no_grad():
+        want, got = separate.decoder(input_ids=ids).logits, shared.decoder(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-5)
+    shared.copy.restore()
+    assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
+    a = shared.generate(PROMPTS, [0, 1, 2], 1, 0.0)
+    b = separate.generate(PROMPTS, [0, 1, 2], 1, 0.0)
+    assert a.texts == b.texts
+    assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
+
+
+def test_grouped_attention_equals_sdpa_with_padding():
+    """pods_sdpa (query heads folded into the query length) gives sdpa's logits on a left-padded batch."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from pods.rollout.attention import register
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+    )
+    m = Qwen2ForCausalLM(cfg).eval()
+    ids = torch.randint(3, 97, (3, 10))
+    am = torch.ones_like(ids)
+    am[0, :4], am[1, :2] = 0, 0
+    pos = (am.cumsum(1) - 1).clamp(min=0)
+    want = m(input_ids=ids, attention_mask=am, position_ids=pos).logits
+    m.set_attn_implementation(register())
+    got = m(input_ids=ids, attention_mask=am, position_ids=pos).logits
+    assert torch.allclose(want, got, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_deferred_stop_check_returns_the_same_tokens(tiny, temperature):
+    """Reading the stop flag one step late (on by default for CUDA) changes no returned token. CUDA only:
+    transformers' DeferredStopCheck records device events, which a CPU does not have."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
+    out = []
+    for defer in (False, True):
+        torch.manual_seed(7)
+        g = HFGenerator(
+            model,
+            tok,
+            "cuda",
+            8,
+            24,
+            compiled=True,
+            dtype=torch.bfloat16,
+            prompt_bucket=16,
+            max_prompt_len=64,
+            defer_stop=defer,
+        )
+        out.append(g.generate(PROMPTS[:2], [0, 1], 4, temperature))
+    assert out[0].texts == out[1].texts
+    assert torch.equal(out[0].input_ids, out[1].input_ids)
+    assert torch.equal(out[0].completion_mask, out[1].completion_mask)
+
+
+def test_deferred_stop_check_is_patched_only_inside_the_block():
+    from transformers.generation.utils import DeferredStopCheck
+
+    from pods.rollout.hf import deferred_stop_check
+
+    cuda = torch.device("cuda")
+    assert not DeferredStopCheck.is_supported(cuda, None, False, False)
+    with deferred_stop_check(True):
+        assert DeferredStopCheck.is_supported(cuda, None, False, False)
+        assert not DeferredStopCheck.is_supported(cuda, None, False, True)  # never for an assistant
+    assert not DeferredStopCheck.is_supported(cuda, None, False, False)

@@ -57,3 +57,68 @@ def test_bfloat16_logits_keep_their_dtype_for_the_gradient():
 def test_rejects_nonpositive_temperature():
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs(torch.zeros(1, 3), torch.zeros(1, dtype=torch.long), 0.0)
+
+
+def test_linear_token_logprobs_match_log_softmax_values_and_gradients():
+    from pods.update.logprobs import linear_token_logprobs
+
+    torch.manual_seed(0)
+    h = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    y, g = torch.randint(0, 50, (3, 7)), torch.randn(3, 7, dtype=torch.float64)
+    got = linear_token_logprobs(h, w, y, 0.7, rows=4)  # chunks that do not divide the 21 positions
+    (got.double() * g).sum().backward()
+    grads = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    want = torch.log_softmax((h @ w.T) / 0.7, -1).gather(-1, y[..., None]).squeeze(-1)
+    (want * g).sum().backward()
+    assert torch.allclose(got.double(), want, atol=1e-5)
+    assert torch.allclose(grads[0], h.grad, atol=1e-5) and torch.allclose(grads[1], w.grad, atol=1e-5)
+
+
+def test_fused_completion_logprobs_equal_the_logits_path():
+    """The update's fused path (hidden states through the tied head in chunks) gives the logits path's
+    log-probs and gradients on a left-padded batch."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from pods.update.step import completion_logprobs
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(cfg)
+    ids = torch.randint(3, 97, (3, 12))
+    am = torch.ones_like(ids)
+    am[0, :3] = 0
+    out = []
+    for fused in (False, True):
+        model.zero_grad()
+        lp = completion_logprobs(model, ids, am, 5, 0.9, fused=fused)
+        lp.sum().backward()
+        out.append((lp.detach(), model.model.embed_tokens.weight.grad.clone()))
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-5)
+    assert torch.allclose(out[0][1], out[1][1], atol=1e-5)
+
+
+def test_linear_token_logprobs_compute_in_the_autocast_dtype_with_float32_grads():
+    """Under autocast (float32 master weights, bf16 compute) the chunks run in bf16 in both passes; the
+    log-probs and gradients come back float32, close to the float32 values."""
+    from pods.update.logprobs import linear_token_logprobs
+
+    torch.manual_seed(0)
+    h = torch.randn(2, 5, 16, requires_grad=True)
+    w = (0.3 * torch.randn(40, 16)).requires_grad_()
+    y = torch.randint(0, 40, (2, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = linear_token_logprobs(h, w, y, 0.9, rows=3)
+    got.sum().backward()
+    want = torch.log_softmax((h @ w.T) / 0.9, -1).gather(-1, y[..., None]).squeeze(-1)
+    assert got.dtype == h.grad.dtype == w.grad.dtype == torch.float32
+    assert torch.allclose(got, want, atol=0.05)

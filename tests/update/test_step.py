@@ -43,12 +43,13 @@ def test_any_split_gives_the_same_update():
     torch.manual_seed(0)
     b = batch([1.0, -1.0, 0.5, -0.5], lengths=(3, 1, 2, 3))
     model0 = TinyLM()
-    for rows, tokens in [(4, 0), (1, 0), (4, 5), (2, 8)]:
+    for rows, tokens, bucket in [(4, 0, 0), (1, 0, 0), (4, 5, 0), (2, 8, 0), (2, 8, 2), (1, 0, 4)]:
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         c = cfg()
         c.hardware.micro_batch_size, c.hardware.micro_batch_tokens = rows, tokens
+        c.hardware.width_bucket = bucket  # padded widths: more masked columns, the same gradient
         us = UpdateSettings.from_config(c)
         stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c, None))
         results.append((stats["update/loss"], [p.detach().clone() for p in model.parameters()]))
