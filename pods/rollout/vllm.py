@@ -238,7 +238,16 @@ def push_weights(llm, weights: list[tuple[str, torch.Tensor]]) -> None:
     tensors pass by reference.
     """
     if all(llm.collective_rpc(can_reload)):
-        llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
+        # rotary embeddings hold a cos/sin cache and no checkpoint tensor: the reload puts the cache back
+        # and warns "RotaryEmbedding: Failed to load weights" at every sync, which would fill the log
+        quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            kwargs = dict(weights_iterator=weights, is_checkpoint_format=True)
+            llm.collective_rpc("reload_weights", kwargs=kwargs)
+        finally:
+            quiet.setLevel(level)
     else:
         llm.apply_model(lambda model: model.load_weights(weights))
 
