@@ -95,7 +95,7 @@ def root_cause(e: BaseException) -> str:
     while (e.__cause__ or e.__context__) is not None:
         e = e.__cause__ or e.__context__
     msg = " ".join(str(e).split()).split(" For further information visit")[0]  # pydantic's link
-    return f"{type(e).__name__}: {msg[:500]}"
+    return f"{type(e).__name__}: {msg if len(msg) <= 500 else msg[:500] + ' ...'}"
 
 
 # --- pure conversions (tested without vLLM) -----------------------------------------------------
