@@ -123,7 +123,7 @@ def engine_kwargs(cfg, rank: int = 0, sleep: bool = False, device_type: str = "c
         trust_remote_code=m.trust_remote_code,
     )
     if device_type == "cpu":
-        kw["enforce_eager"] = True  # no torch.compile: it would add start-up time to every run
+        kw["enforce_eager"] = True  # no torch.compile at start-up (compiled mode not tried here)
     else:
         kw["gpu_memory_utilization"] = hw.vllm_gpu_memory_utilization
     if hw.lora:
