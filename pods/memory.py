@@ -9,7 +9,8 @@ pods/update/optim.py build it:
                     = 16 bytes a parameter, + a float32 reference copy 4 when algo.beta > 0
     LoRA:           the frozen base in the compute dtype (2 bytes in bf16; 0.5 in 4 bits)
                     + 16 bytes per adapter parameter (the reference is the base: no copy)
-    both:           the compiled rollout's generation copy in the compute dtype (2 bytes a parameter)
+    both:           the compiled rollout's generation copy in the compute dtype (2 bytes a parameter), except
+                    under LoRA with rollout.share_weights and no 4-bit base: it decodes from the policy's base
 
 That state may take at most STATE_SHARE of the card: activations, logits, the KV cache and CUDA's own
 memory need the rest. (Measured: the 0.5B full fine-tune step, n=16, 512 tokens, peaked at 27.4 GiB on an
@@ -91,6 +92,8 @@ def state_bytes(size: ModelSize, cfg, lora: bool, compiled: bool) -> int:
         ref = size.params * 4 if cfg.algo.beta > 0 else 0
         return size.params * 16 + ref + copy
     base = size.params * (0.5 if cfg.hardware.load_in_4bit else compute)
+    if getattr(cfg.rollout, "share_weights", False) and not cfg.hardware.load_in_4bit:
+        copy = 0  # the generation copy decodes from the policy's own base (pods/rollout/gen_copy.py)
     return int(base + size.lora_params * 16 + copy)
 
 

@@ -55,7 +55,14 @@ def test_full_fine_tune_state_is_16_bytes_a_parameter_plus_the_generation_copy(m
     size = pods.memory.ModelSize(params=1000, lora_params=10)
     assert state_bytes(size, cfg, lora=False, compiled=False) == 16_000
     assert state_bytes(size, cfg, lora=False, compiled=True) == 18_000  # + bf16 generation copy
-    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # bf16 base, adapter, copy
+    # LoRA: the generation copy decodes from the policy's own bf16 base (rollout.share_weights, the default)
+    assert cfg.rollout.share_weights
+    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160  # bf16 base, adapter
+    cfg.rollout.share_weights = False
+    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # + a copy of its own
+    cfg.rollout.share_weights, cfg.hardware.load_in_4bit = True, True
+    assert state_bytes(size, cfg, lora=True, compiled=True) == 500 + 160 + 2_000  # 4-bit bases are not shared
+    cfg.hardware.load_in_4bit = False
     cfg.algo.beta = 0.04
     assert state_bytes(size, cfg, lora=False, compiled=False) == 20_000  # + float32 reference
 

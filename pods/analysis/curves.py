@@ -77,7 +77,7 @@ def nearest_index(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     if len(x) == 1:
         return np.zeros(len(t), dtype=int)
     i = np.clip(np.searchsorted(x, t), 1, len(x) - 1)
-    return np.where(t - x[i - 1] <= x[i] - t, i - 1, i)
+    return np.where(t - x[i - 1] <= x[i] - t + _EPS, i - 1, i)  # _EPS: a grid step like 0.1 is inexact
 
 
 def sample_run(

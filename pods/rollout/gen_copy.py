@@ -174,10 +174,10 @@ class GenerationCopy:
     def merge(self, model) -> None:
         """share: add the adapters into the policy's own base weights for decoding (undone by `restore`)."""
         if self.backup and not self.merged:
+            self.merged = True  # before the first write: a failure part-way is still undone by restore
             dsts = dict(self.model.named_parameters())
             for name, w in self._merged(model, lambda n: n in self.backup):
                 dsts[name].copy_(w)
-            self.merged = True
 
     @torch.no_grad()
     def restore(self) -> None:

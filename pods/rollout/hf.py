@@ -213,11 +213,11 @@ class HFGenerator:
         self.decoder.eval()
         kwargs = self._gen_kwargs(temperature, top_p, top_k, ids.shape[1])
         saved_bs, self.batch_size = self.batch_size, bs
-        if self.copy is not None:
-            self.copy.merge(self.model)  # share_weights: adapters into the base for decoding
-            if self.size_cache_to_prompt:  # transformers keeps the largest cache it has made otherwise
-                self.decoder._previous_max_cache_length = -1
         try:
+            if self.copy is not None:
+                self.copy.merge(self.model)  # share_weights: adapters into the base for decoding
+                if self.size_cache_to_prompt:  # transformers keeps the largest cache it has made otherwise
+                    self.decoder._previous_max_cache_length = -1
             chunks = [
                 self._generate_chunk(ids[s : s + bs], am[s : s + bs], kwargs) for s in range(0, len(ids), bs)
             ]

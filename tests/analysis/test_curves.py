@@ -150,6 +150,9 @@ def test_sample_run_nearest_ties_and_max_gap():
     # exactly half-way between two evals, at distance == max gap: counts, earlier eval wins
     x2, y2 = np.array([9.0, 11.0]), np.array([0.1, 0.9])
     np.testing.assert_allclose(sample_run(x2, y2, np.array([10.0]), "nearest", 1.0), [0.1])
+    # a tie on an inexact grid (0.1 + 0.2 != 0.3) still goes to the earlier eval
+    x3, y3 = np.array([0.2, 0.4]), np.array([0.1, 0.9])
+    np.testing.assert_allclose(sample_run(x3, y3, make_grid(x3, 0.1), "nearest"), [0.1, 0.1, 0.1, 0.1, 0.9])
     # a far eval still counts without a max gap (a run that stopped early keeps its last eval)
     np.testing.assert_allclose(sample_run(x, y, np.array([500.0]), "nearest"), [0.7])
 

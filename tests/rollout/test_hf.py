@@ -202,6 +202,39 @@ def test_shared_copy_merges_in_place_and_restores_the_base_exactly(tiny, lora_kw
     assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
 
 
+def test_shared_copy_failing_part_way_through_the_merge_leaves_the_base_intact(tiny, monkeypatch):
+    """An error after some layers were merged (say out of memory) must not leave the policy's base merged."""
+    from peft import LoraConfig, get_peft_model
+
+    from pods.rollout.gen_copy import GenerationCopy
+
+    model, tok = tiny
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]),
+    )
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0.0, 0.05)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    kw = dict(compiled=True, dtype=torch.float32, max_prompt_len=64, prompt_bucket=16)
+    shared = HFGenerator(peft_model, tok, "cpu", 8, 12, share_weights=True, **kw)
+    merged = GenerationCopy._merged
+
+    def fail_after_one_layer(model, keep=lambda name: True):
+        for k, item in enumerate(merged(model, keep)):
+            if k == 1:
+                raise RuntimeError("out of memory (simulated)")
+            yield item
+
+    monkeypatch.setattr(GenerationCopy, "_merged", staticmethod(fail_after_one_layer))
+    with pytest.raises(RuntimeError, match="simulated"):
+        shared.generate(PROMPTS, [0, 1], 1, 0.0)
+    assert all(torch.equal(before[n], p) for n, p in peft_model.named_parameters())
+    assert not shared.copy.merged
+
+
 def test_grouped_attention_equals_sdpa_with_padding():
     """pods_sdpa (query heads folded into the query length) gives sdpa's logits on a left-padded batch."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
