@@ -20,6 +20,25 @@ def compose_cfg(overrides: list[str] | None = None, run_dir: str | Path = "outpu
         return compose("train", overrides=[f"run_dir={run_dir}", *(overrides or [])])
 
 
+def random_qwen2(vocab: int, hidden: int, heads: int, kv_heads: int, layers: int = 2, seed: int = 0, **kw):
+    """A randomly initialised Qwen2 of a toy shape (intermediate = 2 x hidden), built right after seeding torch
+    so that the weights, and the random draws after it, are the same in every test that asks for it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        **kw,
+    )
+    return Qwen2ForCausalLM(cfg)
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     def make(*overrides: str, run_dir: Path | None = None):

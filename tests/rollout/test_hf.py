@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.rollout.hf import HFGenerator, bucketed_len, chunk_rows
 from pods.timing import PhaseTimer
+from tests.conftest import random_qwen2
 
 TINY = Path(__file__).resolve().parents[2] / "pods" / "assets" / "tiny"
 PROMPTS = ["12 + 7 =\n", "3 - 45 + 8 =\n", "60 + 1 =\n"]
@@ -237,20 +238,9 @@ def test_shared_copy_failing_part_way_through_the_merge_leaves_the_base_intact(t
 
 def test_grouped_attention_equals_sdpa_with_padding():
     """pods_sdpa (query heads folded into the query length) gives sdpa's logits on a left-padded batch."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from pods.rollout.attention import register
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=97,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-    )
-    m = Qwen2ForCausalLM(cfg).eval()
+    m = random_qwen2(vocab=97, hidden=64, heads=8, kv_heads=2).eval()
     ids = torch.randint(3, 97, (3, 10))
     am = torch.ones_like(ids)
     am[0, :4], am[1, :2] = 0, 0

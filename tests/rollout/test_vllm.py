@@ -17,7 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast
 
 from pods.config import ConfigError, TrainConfig
 from pods.rollout.vllm import (
@@ -31,6 +31,7 @@ from pods.rollout.vllm import (
     sampling_kwargs,
     warn_untested_version,
 )
+from tests.conftest import random_qwen2
 
 PAD, EOS, BOS = 0, 1, 2
 
@@ -143,17 +144,7 @@ def tokenizer():
 
 
 def tiny_model():
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=7,
-            hidden_size=8,
-            intermediate_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-        )
-    )
+    return random_qwen2(vocab=7, hidden=8, heads=2, kv_heads=1, layers=1)
 
 
 def vllm_cfg(**hardware):

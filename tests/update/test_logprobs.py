@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pods.update.logprobs import token_logprobs
+from tests.conftest import random_qwen2
 
 
 def _reference(logits, target, temperature):
@@ -79,21 +80,9 @@ def test_linear_token_logprobs_match_log_softmax_values_and_gradients():
 def test_fused_completion_logprobs_equal_the_logits_path():
     """The update's fused path (hidden states through the tied head in chunks) gives the logits path's
     log-probs and gradients on a left-padded batch."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from pods.update.step import completion_logprobs
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(cfg)
+    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True)
     ids = torch.randint(3, 97, (3, 12))
     am = torch.ones_like(ids)
     am[0, :3] = 0
