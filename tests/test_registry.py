@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from pods.filter import register_prefilter
+from pods.filter import NoFilter, register_prefilter
 from pods.reward import register_reward
 from pods.rollout import HFGenerator, register_backend
 from pods.selection import register_selector
@@ -49,7 +49,7 @@ def length(completions, answers, **kw):
 
 
 @register_prefilter("recipe_even")
-class EvenPrompts:
+class EvenPrompts(NoFilter):  # as README's recipe: NoFilter gives the no-op methods
     """Roll out only prompts with an even index."""
 
     def __init__(self, cfg, seed):
@@ -64,17 +64,8 @@ class EvenPrompts:
     def observe(self, prompt_ids, epoch, rewards):
         assert all(p % 2 == 0 for p in prompt_ids)
 
-    def end_step(self, epoch):
-        pass
-
     def metrics(self):
         return {"filter/recipe_skipped": float(self.skipped)}
-
-    def state_dict(self):
-        return {"skipped": self.skipped}
-
-    def load_state_dict(self, state):
-        self.skipped = state["skipped"]
 
 
 @register_backend("recipe_hf")
