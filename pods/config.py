@@ -262,7 +262,6 @@ def validate(cfg: Any) -> None:
     """Check every field's range and choices and the relations between fields; raise ConfigError with one
     line naming the key, the bad value and what is allowed. Runs before anything heavy loads."""
     from pods.filter import PREFILTERS
-    from pods.rollout import BACKENDS
     from pods.selection import SELECTORS
 
     _at_least("seed", cfg.seed, 0, " (numpy seeds are non-negative)")
@@ -304,7 +303,7 @@ def validate(cfg: Any) -> None:
         )
     _at_least("selector.greso.max_rounds", g.max_rounds, 1, " (generation rounds per step)")
 
-    h, backend = cfg.hardware, BACKENDS.get(cfg.rollout.backend)
+    h = cfg.hardware
     _choice("hardware.device", h.device, ["auto", "cpu", "cuda"])
     _choice("hardware.dtype", h.dtype, ["float32", "bfloat16", "float16"])
     _choice("model.dtype", cfg.model.dtype, ["auto", "float32", "bfloat16", "float16"])
@@ -313,7 +312,6 @@ def validate(cfg: Any) -> None:
         for key, bad in (
             ("hardware.lora", h.lora),
             ("hardware.load_in_4bit", h.load_in_4bit),
-            (f"rollout.backend={cfg.rollout.backend}", not getattr(backend, "supports_fsdp", True)),
         ):
             if bad:
                 raise ConfigError(
@@ -328,7 +326,6 @@ def validate(cfg: Any) -> None:
     _at_least("hardware.width_bucket", h.width_bucket, 0, " (0 = off)")
 
     r = cfg.rollout
-    _choice("rollout.backend", r.backend, sorted(BACKENDS))
     _positive("rollout.temperature", r.temperature, note=" (0 = greedy: all n rollouts would be equal)")
     _interval("rollout.top_p", r.top_p, 0, 1, "(]")
     _at_least("rollout.top_k", r.top_k, 0, " (0 = off)")

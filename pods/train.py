@@ -97,17 +97,18 @@ def preflight(cfg) -> None:
     """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here."""
     from pods.memory import choose_finetune
     from pods.models import check_model_source, resolve_device
-    from pods.rollout import backend_class
+    from pods.rollout import check_backend
 
     load_plugins(cfg)
     validate(cfg)
+    backend = check_backend(cfg)  # rollout.backend: registered, and fit for the hardware profile
     check_task_config(cfg)
     device = resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(cfg)
     check_model_source(cfg)
     choose_finetune(cfg, device)  # from the model's config and the card's memory
     validate(cfg)  # again: LoRA's own fields, when it was chosen
-    backend_class(cfg).preflight(cfg)  # e.g. vllm: the engine is installed
+    backend.preflight(cfg)  # e.g. vllm: the engine is installed
 
 
 def run(cfg) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from pods.config import ConfigError, validate
 from pods.registry import Registry, import_submodules
 from pods.tracking import read_metrics
-from pods.train import load_plugins
+from pods.train import load_plugins, preflight
 from tests.conftest import SMOKE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +130,6 @@ def test_import_submodules_imports_every_module_of_a_package(tmp_path, monkeypat
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("rollout.backend=sglang", "rollout.backend='sglang' is not valid; allowed values: hf, vllm"),
         ("selector.prefilter=nope", "allowed values: greso, none"),
         ("selector.downsample=nope", "allowed values: max_reward, max_variance, none, random"),
     ],
@@ -148,9 +147,20 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(make_cfg):
         load_plugins(make_cfg("plugins=[no_such_plugin_mod]"))
 
 
-def test_fsdp_refuses_a_backend_that_says_it_cannot_shard(make_cfg):
-    with pytest.raises(ConfigError, match="fsdp does not support rollout.backend=vllm"):
-        validate(make_cfg("hardware.distributed=fsdp", "rollout=vllm"))
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rollout.backend=sglang"], "rollout.backend='sglang' is not valid; allowed values: hf, vllm"),
+        (["hardware.distributed=fsdp", "rollout=vllm"], "fsdp does not support rollout.backend=vllm yet"),
+    ],
+)
+def test_the_backend_is_checked_in_preflight_before_anything_loads(make_cfg, monkeypatch, overrides, message):
+    import pods.memory
+
+    monkeypatch.setattr(pods.memory, "choose_finetune", lambda *a: pytest.fail("sized"))
+    with pytest.raises(ConfigError) as e:
+        preflight(make_cfg(*overrides))
+    assert message in str(e.value) and "\n" not in str(e.value)
 
 
 def test_registry_lookup_lists_the_valid_names():

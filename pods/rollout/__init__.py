@@ -14,6 +14,7 @@ from pods.rollout.backend import (
     Generator,
     backend_class,
     build_generator,
+    check_backend,
     register_backend,
 )
 from pods.rollout.hf import HFGenerator, use_compiled
@@ -27,6 +28,7 @@ __all__ = [
     "HFGenerator",
     "backend_class",
     "build_generator",
+    "check_backend",
     "register_backend",
     "use_compiled",
 ]

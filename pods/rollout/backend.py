@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pods.batch import Rollouts
+from pods.config import ConfigError
 from pods.registry import Registry
 
 
@@ -77,6 +78,21 @@ def register_backend(name: str):
 def backend_class(cfg) -> type[Backend]:
     """The class registered under rollout.backend (KeyError listing the registered names otherwise)."""
     return BACKENDS.get_or_raise(cfg.rollout.backend, "rollout.backend")
+
+
+def check_backend(cfg) -> type[Backend]:
+    """The config checks that depend on the backend (run in preflight, beside pods.config.validate, which
+    stays below the rollout stage): rollout.backend is registered, and it supports the hardware profile."""
+    name = cfg.rollout.backend
+    if name not in BACKENDS:
+        raise ConfigError(
+            f"rollout.backend={name!r} is not valid; allowed values: {', '.join(sorted(BACKENDS))}"
+        )
+    if cfg.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
+        raise ConfigError(
+            f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
+        )
+    return BACKENDS[name]
 
 
 def build_generator(cfg, model, tokenizer, device, timer=None) -> Generator:
