@@ -1,4 +1,7 @@
-"""Checkpoints: model (or adapter), optimizer, scheduler, RNG streams, sampler/selector state, counters.
+"""Checkpoint files: model (or adapter) beside trainer_state.pt, which holds the state of every component.
+
+What goes into trainer_state.pt is pods/resume.py's business; here are the files, the `Stateful` interface
+every checkpointed component has, and `RngStreams`, the process's random streams as such a component.
 
 Each checkpoint is written into a temporary directory, fsynced, and renamed into place, then `latest` is
 replaced atomically: a crash in the middle of a save leaves the previous checkpoint intact and named.
@@ -16,12 +19,21 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
 
 LATEST = "latest"
 META = "meta.json"
+
+
+class Stateful(Protocol):
+    """A component a checkpoint saves and restores (sampler, prefilter, scheduler, clocks, ...)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 def rng_state() -> dict:
@@ -37,6 +49,22 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RngStreams:
+    """This process's random streams: python, numpy, torch (and CUDA) global ones, and the selection
+    generator (`random` down-sampling draws from it). Generation consumes them differently on each rank,
+    so a checkpoint keeps one state per rank."""
+
+    def __init__(self, select: torch.Generator):
+        self.select = select
+
+    def state_dict(self) -> dict:
+        return {"global": rng_state(), "select": self.select.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        set_rng_state(state["global"])
+        self.select.set_state(state["select"])
 
 
 def save_checkpoint(
@@ -62,7 +90,7 @@ def save_checkpoint(
         model.save_pretrained(tmp / "model", state_dict=model_state)
     (tmp / META).write_text(json.dumps({**(meta or {}), "step": step}))
     # trainer_state.pt is written last: its presence marks a checkpoint complete
-    torch.save({**trainer_state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
+    torch.save({**trainer_state, "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
     checkpoints(ckpt_root)  # finish a swap a kill interrupted (restores an .old_ copy if it is the only one)
     _remove(old, ckpt_root)  # what is left of .old_ now is a stale copy beside a complete `final`

@@ -126,7 +126,7 @@ class HardwareConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"  # hf (transformers generate) | vllm
+    backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
     temperature: float = 0.9
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
@@ -210,6 +210,8 @@ class TrainConfig:
     run_dir: str = "outputs/run"  # set by Hydra to its output dir
     name: str | None = None  # run name; default: <selector>-n<n>-m<m>-s<seed>
     experiment: str | None = None  # name of the experiment preset, if any
+    plugins: list[str] = field(default_factory=list)  # modules imported before the config is checked, so
+    # the selectors, rewards, prefilters and backends they register are valid names (README: "Plugins")
 
 
 def register_schema() -> None:
@@ -310,7 +312,6 @@ def validate(cfg: Any) -> None:
         for key, bad in (
             ("hardware.lora", h.lora),
             ("hardware.load_in_4bit", h.load_in_4bit),
-            ("rollout.backend=vllm", cfg.rollout.backend == "vllm"),
         ):
             if bad:
                 raise ConfigError(
@@ -325,7 +326,6 @@ def validate(cfg: Any) -> None:
     _at_least("hardware.width_bucket", h.width_bucket, 0, " (0 = off)")
 
     r = cfg.rollout
-    _choice("rollout.backend", r.backend, ["hf", "vllm"])
     _positive("rollout.temperature", r.temperature, note=" (0 = greedy: all n rollouts would be equal)")
     _interval("rollout.top_p", r.top_p, 0, 1, "(]")
     _at_least("rollout.top_k", r.top_k, 0, " (0 = off)")

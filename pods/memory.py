@@ -105,15 +105,15 @@ def choose_finetune(cfg, device: torch.device) -> None:
     card = card_memory(device)
     if card is None or h.distributed != "none":
         return  # CPU; several GPUs shard or replicate as their profile says
-    from pods.rollout import use_compiled
+    from pods.rollout import backend_class
 
     hf_config = architecture_config(cfg.model.path)
     if hf_config is None:
         return
     size = model_size(hf_config, cfg.model.lora.r, cfg.model.lora.targets)
-    vllm = cfg.rollout.backend == "vllm"  # the engine holds its own copy, in its share of the card
-    budget = card * STATE_SHARE * (1 - h.vllm_gpu_memory_utilization if vllm else 1)
-    compiled = use_compiled(cfg, device) and not vllm
+    backend = backend_class(cfg)  # vllm: the engine holds its own copy, in its share of the card
+    budget = card * STATE_SHARE * (1 - backend.card_share(cfg))
+    compiled = backend.keeps_generation_copy(cfg, device)
     full, lora = (state_bytes(size, cfg, x, compiled) for x in (False, True))
     about = (
         f"{cfg.model.name} ({size.params / 1e6:,.0f}M parameters): a full fine-tune keeps {full / GIB:.3g} GiB "

@@ -1,8 +1,16 @@
-"""A tiny name -> object registry, so configs pick components by name and a lookup error lists the choices."""
+"""Name -> component registries, so configs pick components by name and a lookup error lists the choices.
+
+Each stage package keeps one (selectors, prefilters, rewards, rollout backends) and imports all of its
+modules on import (`import_submodules`), so a new file in the package registers itself. Code outside the
+package is named in the config's `plugins:` list and imported before the config is checked
+(`load_plugins`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -27,3 +35,16 @@ class Registry(Generic[T], dict):
             where = f"{key}={name!r}" if key else f"{self.kind} {name!r}"
             raise KeyError(f"{where} is not registered; valid {self.kind} names: {', '.join(sorted(self))}")
         return self[name]
+
+
+def import_submodules(package: str) -> None:
+    """Import every module of `package` (not its subpackages' modules), so each registers what it defines."""
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__, f"{package}."):
+        importlib.import_module(info.name)
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import the config's `plugins:` modules (dotted names on sys.path); their decorators register them."""
+    for name in modules:
+        importlib.import_module(name)

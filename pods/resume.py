@@ -1,9 +1,17 @@
 """Checkpointing a run and resuming it: what goes into a checkpoint, and which checkpoint a resume uses.
 
 The files themselves (atomic writes, the `latest` pointer, pruning) are pods/checkpoint.py; this module
-decides what a checkpoint holds (weights, optimizer, the loop's own state, every rank's random streams),
-gathers it under FSDP, and picks the checkpoint to resume from so that metrics.jsonl keeps every record
-exactly once.
+decides what a checkpoint holds, gathers it under FSDP, and picks the checkpoint to resume from so that
+metrics.jsonl keeps every record exactly once. trainer_state.pt (FORMAT 2):
+
+    {"format": 2, "step": int,
+     "optimizer":  the full optimizer state (FSDP gathers it with the weights, so it is not a component),
+     "components": {name: component.state_dict()}   the trainer's components, the same on every rank,
+     "per_rank":   [{name: state}, ...]              one per rank: its random streams (RngStreams)}
+
+meta.json holds the step and the metrics logger's state (how many metrics.jsonl lines it covers), so a
+resume picks a checkpoint without loading the rest. A checkpoint of the earlier layout (no "format": nine
+keys at the top, the selection generator saved twice) is read by converting it (`from_v1`).
 """
 
 from __future__ import annotations
@@ -11,8 +19,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-
-import torch
 
 from pods import checkpoint as ckpt
 from pods.config import ConfigError
@@ -28,24 +34,21 @@ class Checkpointer:
 
     # --- saving ---------------------------------------------------------------------------------
 
-    def save(self, step: int, model, optimizer, state: dict, select_rng, logger, last_eval_step: int) -> None:
+    def save(self, step: int, model, optimizer, components: dict, rank_components: dict, meta: dict) -> None:
         """Only rank 0 writes. Under DDP every rank holds the same weights and optimizer state; under FSDP
-        all ranks first gather the full state (a collective). Each rank's random streams are gathered too:
-        generation consumes them differently on every rank."""
+        all ranks first gather the full state (a collective). `components` are the same on every rank;
+        `rank_components` (the random streams) differ per rank and are gathered. `meta` goes to meta.json."""
         model_state, optim_state = self.dist.full_state(model, optimizer)  # FSDP: all ranks
-        per_rank = self.dist.all_gather_object(
-            {"rng": ckpt.rng_state(), "select_gen": select_rng.get_state()}
-        )
+        per_rank = self.dist.all_gather_object({k: c.state_dict() for k, c in rank_components.items()})
         if self.dist.is_main:
-            logger.sync()
+            state = {
+                "format": FORMAT,
+                "optimizer": optim_state,
+                "components": {k: c.state_dict() for k, c in components.items()},
+                "per_rank": per_rank,
+            }
             ckpt.save_checkpoint(
-                self.root,
-                step,
-                model,
-                {"optimizer": optim_state, **state, "per_rank": per_rank},
-                self.keep_last,
-                model_state=model_state,
-                meta={"metrics_lines": logger.lines, "last_eval_step": last_eval_step},
+                self.root, step, model, state, self.keep_last, model_state=model_state, meta=meta
             )
         self.dist.barrier()
 
@@ -114,28 +117,74 @@ class Checkpointer:
             raise ConfigError(f"resume=true: no checkpoint in {self.root} can be read")
         return {}
 
-    def restore(self, plan: dict, model, optimizer, select_rng: torch.Generator) -> dict:
-        """Load the planned checkpoint into model and optimizer, restore this rank's random streams, and
-        return the loop's own saved state (scheduler, sampler, counters, clock, ...)."""
+    def restore(self, plan: dict, model, optimizer, components: dict, rank_components: dict) -> int:
+        """Load the planned checkpoint into model, optimizer and every component; returns its step."""
         path = Path(plan["path"])
-        st = ckpt.load_trainer_state(path)
+        st = read_state(path)
         if self.dist.fsdp:
             self.dist.load_full_state(model, optimizer, ckpt.read_weights(path), st["optimizer"])
         else:
             ckpt.load_weights(model, path, self.lora)
             optimizer.load_state_dict(st["optimizer"])
-        select_rng.set_state(st["select_gen"])
-        mine = st.get("per_rank", [])
-        if len(mine) == self.dist.world:  # same number of ranks: every rank continues its own streams
-            ckpt.set_rng_state(mine[self.dist.rank]["rng"])
-            select_rng.set_state(mine[self.dist.rank]["select_gen"])
+        for name, c in components.items():
+            c.load_state_dict(_part(st["components"], name, path))
+        ranks = st["per_rank"]
+        if len(ranks) == self.dist.world:  # same number of ranks: every rank continues its own streams
+            mine = ranks[self.dist.rank]
         else:
-            if self.dist.world > 1:
-                log.warning(
-                    "checkpoint from %d rank(s), resuming on %d: random streams restart",
-                    len(mine),
-                    self.dist.world,
-                )
-            ckpt.set_rng_state(st["rng"])
-        log.info("resumed from %s (step %d, training clock %.1fs)", path, st["step"], st["train_clock"])
+            log.warning(
+                "checkpoint from %d rank(s), resuming on %d: every rank continues rank 0's random streams",
+                len(ranks),
+                self.dist.world,
+            )
+            mine = ranks[0]
+        for name, c in rank_components.items():
+            c.load_state_dict(_part(mine, name, path))
+        log.info("resumed from %s (step %d)", path, st["step"])
+        return int(st["step"])
+
+
+FORMAT = 2
+
+
+def _part(states: dict, name: str, path: Path) -> dict:
+    if name not in states:
+        raise ConfigError(
+            f"checkpoint {path} holds no state for {name!r} (it has: {', '.join(sorted(states))}); "
+            "it was written by another version of pods: resume with that version or start a new run"
+        )
+    return states[name]
+
+
+def read_state(path: Path) -> dict:
+    """trainer_state.pt of a checkpoint in FORMAT 2, converting the earlier layout; refuses any other."""
+    st = ckpt.load_trainer_state(path)
+    if st.get("format") == FORMAT:
         return st
+    if "format" not in st and {"select_gen", "sampler", "train_clock"} <= set(st):
+        return from_v1(st)
+    raise ConfigError(
+        f"checkpoint {path}: trainer_state.pt has format {st.get('format')!r}, this pods reads {FORMAT} and "
+        "the earlier layout; resume with the pods that wrote it, or start a new run"
+    )
+
+
+def from_v1(st: dict) -> dict:
+    """The earlier layout (the loop's state as top-level keys, rank 0's streams saved beside per_rank)."""
+    ranks = st.get("per_rank") or [{"rng": st["rng"], "select_gen": st["select_gen"]}]
+    return {
+        "format": FORMAT,
+        "step": st["step"],
+        "optimizer": st["optimizer"],
+        "components": {
+            "scheduler": st["scheduler"],
+            "sampler": st["sampler"],
+            "prefilter": st["prefilter"],
+            "collector": {"zero_var_ratio": st.get("zero_var_ratio", 0.0)},
+            "timer": {"train_clock": st["train_clock"]},
+            "eval_every": {"next_time": st["next_eval"]},
+            "ckpt_every": {"next_time": st["next_ckpt"]},
+            "trainer": {"counters": st["counters"]},
+        },
+        "per_rank": [{"rng": {"global": r["rng"], "select": r["select_gen"]}} for r in ranks],
+    }

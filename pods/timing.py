@@ -52,6 +52,12 @@ class PhaseTimer:
         self.step_times = defaultdict(float)
         return out
 
+    def state_dict(self) -> dict:
+        return {"train_clock": self.train_clock}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_clock = state["train_clock"]
+
 
 class Every:
     """When a periodic job (eval, checkpoint) is due: every `steps` optimizer steps and/or every `seconds`
@@ -68,3 +74,9 @@ class Every:
             while self.next_time <= clock:  # the next point on the fixed grid
                 self.next_time += self.seconds
         return due
+
+    def state_dict(self) -> dict:
+        return {"next_time": self.next_time}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_time = state["next_time"]

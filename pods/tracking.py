@@ -131,20 +131,11 @@ def bind_metrics(run) -> None:
 
 
 class MetricsLogger:
-    """Append-only metrics.jsonl plus optional W&B. On resume the file is truncated to the checkpoint's
-    step first, so a resumed run continues it without duplicates or gaps."""
+    """Append-only metrics.jsonl plus optional W&B. On resume (load_state_dict) the file is truncated to the
+    checkpoint's step first, so a resumed run continues it without duplicates or gaps."""
 
-    def __init__(
-        self,
-        cfg,
-        run_dir: Path,
-        run_info: dict,
-        resume_step: int | None = None,
-        covered_lines: int | None = None,
-    ):
+    def __init__(self, cfg, run_dir: Path, run_info: dict):
         self.path = run_dir / "metrics.jsonl"
-        if resume_step is not None:
-            truncate_metrics(self.path, resume_step, covered_lines)
         self.lines = _count_lines(self.path)  # complete lines so far; a checkpoint records how many it covers
         self.wandb = None
         if cfg.logger.backend == "wandb":
@@ -187,6 +178,16 @@ class MetricsLogger:
                 self.wandb.log(data)
             except Exception as e:  # noqa: BLE001
                 log.warning("W&B log failed: %s", e)
+
+    def state_dict(self) -> dict:
+        """Where the records stand: how many complete lines metrics.jsonl holds (a checkpoint's meta.json)."""
+        return {"metrics_lines": self.lines}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a checkpoint at state["step"]: drop the records written after it (truncate_metrics);
+        state["metrics_lines"] (None for old checkpoints) says which torn lines it covers."""
+        truncate_metrics(self.path, state["step"], state.get("metrics_lines"))
+        self.lines = _count_lines(self.path)
 
     def sync(self) -> None:
         """fsync before a checkpoint, so the metrics it covers survive even a machine crash."""

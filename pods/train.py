@@ -81,22 +81,34 @@ def check_task_config(cfg) -> None:
         raise ConfigError(f"dataset.task_kwargs={dict(d.task_kwargs)} for task {d.task!r}: {e}") from None
 
 
+def load_plugins(cfg) -> None:
+    """Import the modules named in `plugins:`; what they register becomes a valid name for validate()."""
+    from pods.registry import load_plugins as load
+
+    try:
+        load(cfg.plugins)
+    except ImportError as e:
+        raise ConfigError(
+            f"plugins={list(cfg.plugins)}: cannot import {e.name!r} ({e}); is it on PYTHONPATH?"
+        ) from None
+
+
 def preflight(cfg) -> None:
     """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here."""
     from pods.memory import choose_finetune
     from pods.models import check_model_source, resolve_device
+    from pods.rollout import check_backend
 
+    load_plugins(cfg)
     validate(cfg)
+    backend = check_backend(cfg)  # rollout.backend: registered, and fit for the hardware profile
     check_task_config(cfg)
     device = resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(cfg)
     check_model_source(cfg)
     choose_finetune(cfg, device)  # from the model's config and the card's memory
     validate(cfg)  # again: LoRA's own fields, when it was chosen
-    if cfg.rollout.backend == "vllm":
-        from pods.rollout.vllm import require_vllm
-
-        require_vllm()
+    backend.preflight(cfg)  # e.g. vllm: the engine is installed
 
 
 def run(cfg) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from pods.checkpoint import RngStreams
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
@@ -64,6 +65,7 @@ class Trainer:
         self.sampler = PromptSampler(len(self.train_set.prompts), cfg.seed)  # same draws on every rank
         self.prefilter = build_prefilter(cfg.selector.prefilter, cfg.selector.greso, cfg.seed)
         self.select_rng = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
+        self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.collector = RolloutCollector(
             CollectSettings.from_config(cfg), self.sampler, self.prefilter, self.generator, self.reward_fn,
             self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
@@ -82,12 +84,11 @@ class Trainer:
             cfg, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main
         )
         resume_step = self._resume(plan) if cfg.resume else None
-        covered = plan.get("metrics_lines") if plan else None
-        self.logger = (
-            MetricsLogger(cfg, self.run_dir, self.run_info, resume_step, covered)
-            if self.dist.is_main
-            else None
-        )
+        self.logger = MetricsLogger(cfg, self.run_dir, self.run_info) if self.dist.is_main else None
+        if self.logger and resume_step is not None:  # drop records after the checkpoint (-1: all)
+            self.logger.load_state_dict(
+                {"step": resume_step, "metrics_lines": (plan or {}).get("metrics_lines")}
+            )
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -201,26 +202,33 @@ class Trainer:
             }
         )
 
-    def loop_state(self) -> dict:
-        """The loop's own state in a checkpoint (beside weights, optimizer and random streams)."""
+    def components(self) -> dict:
+        """Every stateful part a checkpoint restores, by name (weights, optimizer and the per-rank random
+        streams go beside them: FSDP gathers the first two, each rank has its own streams)."""
         return {
-            "scheduler": self.scheduler.state_dict(),
-            "sampler": self.sampler.state_dict(),
-            "prefilter": self.prefilter.state_dict(),
-            "select_gen": self.select_rng.get_state(),
-            "counters": dict(self.counters),
-            "train_clock": self.timer.train_clock,
-            "next_eval": self.eval_every.next_time,
-            "next_ckpt": self.ckpt_every.next_time,
-            "zero_var_ratio": self.collector.zero_var_ratio,
+            "scheduler": self.scheduler,
+            "sampler": self.sampler,
+            "prefilter": self.prefilter,
+            "collector": self.collector,  # dynamic sampling's zero-variance estimate
+            "timer": self.timer,  # the training clock
+            "eval_every": self.eval_every,
+            "ckpt_every": self.ckpt_every,
+            "trainer": self,  # counters
         }
+
+    def state_dict(self) -> dict:
+        return {"counters": dict(self.counters)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.counters.update(state["counters"])
 
     def save(self) -> None:
         with self.timer.phase("checkpoint"):
-            self.ckpt.save(
-                self.step, self.model, self.optimizer, self.loop_state(), self.select_rng, self.logger,
-                self.last_eval_step,
-            )  # fmt: skip
+            meta = {"last_eval_step": self.last_eval_step}
+            if self.logger:  # rank 0: the records the checkpoint covers, on disk first
+                self.logger.sync()
+                meta.update(self.logger.state_dict())
+            self.ckpt.save(self.step, self.model, self.optimizer, self.components(), {"rng": self.rng}, meta)
             self.saved_changes = self.changes
 
     def _resume(self, plan: dict) -> int:
@@ -228,14 +236,8 @@ class Trainer:
         if not plan:
             log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
             return -1  # drop any metrics a run killed before its first checkpoint wrote
-        st = self.ckpt.restore(plan, self.model, self.optimizer, self.select_rng)
-        self.scheduler.load_state_dict(st["scheduler"])
-        self.sampler.load_state_dict(st["sampler"])
-        self.prefilter.load_state_dict(st["prefilter"])
-        self.counters.update(st["counters"])
-        self.timer.train_clock = st["train_clock"]
-        self.eval_every.next_time, self.ckpt_every.next_time = st["next_eval"], st["next_ckpt"]
-        self.collector.zero_var_ratio = st["zero_var_ratio"]
-        self.step, self.last_eval_step = st["step"], plan["last_eval_step"]
+        self.step = self.ckpt.restore(plan, self.model, self.optimizer, self.components(), {"rng": self.rng})
+        self.last_eval_step = plan["last_eval_step"]
+        log.info("training clock %.1fs at step %d", self.timer.train_clock, self.step)
         self.generator.sync_weights(self.model)  # a generation copy still holds the weights from before
         return self.step

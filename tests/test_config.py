@@ -68,7 +68,6 @@ def test_selector_n_m_sweepable(make_cfg):
         (["hardware.device=tpu"], "hardware.device='tpu' is not valid; allowed values: auto, cpu, cuda"),
         (["dataset.template=no placeholder"], "must contain '{question}'"),
         (["hardware.distributed=fsdp", "hardware=gpu_lora"], "fsdp does not support hardware.lora yet"),
-        (["hardware.distributed=fsdp", "rollout=vllm"], "fsdp does not support rollout.backend=vllm yet"),
         (
             ["hardware.distributed=mpi"],
             "hardware.distributed='mpi' is not valid; allowed values: none, ddp, fsdp",

@@ -130,3 +130,60 @@ def test_a_cpu_run_is_not_sized(make_cfg, monkeypatch):
     cfg = make_cfg()
     choose_finetune(cfg, torch.device("cpu"))
     assert not cfg.hardware.lora
+
+
+@pytest.mark.parametrize(
+    "gib, choice",  # 3B: full state 51.7 GiB (with the generation copy), LoRA 7.6 GiB; 60% of the card for them
+    [
+        (24, "LoRA with gradient checkpointing"),
+        (80, "LoRA with gradient checkpointing"),
+        (141, "full fine-tune"),
+    ],
+)
+def test_the_users_command_on_a_faked_card_never_starts_a_full_fine_tune_that_cannot_fit(
+    make_cfg, monkeypatch, caplog, gib, choice
+):
+    """`python -m pods.train selector=max_variance model=qwen2.5-3b` (hardware=auto), composed through Hydra and
+    run through preflight as pods.train.run does, on a card of `gib` GiB; no weights load."""
+    fake_card(monkeypatch, gib)
+    monkeypatch.setattr(pods.models, "resolve_device", lambda cfg: CUDA)
+    monkeypatch.setattr(pods.models, "check_model_source", lambda cfg: None)  # the hub id, without the hub
+    monkeypatch.setattr(pods.models, "load_policy", lambda *a: pytest.fail("weights loaded"))
+    cfg = make_cfg("selector=max_variance", "model=qwen2.5-3b")
+    assert cfg.hardware.name == "auto"
+    with caplog.at_level(logging.INFO, logger="pods"):
+        preflight(cfg)
+    assert cfg.hardware.lora == (choice != "full fine-tune")
+    assert f"hardware=auto: {choice}" in caplog.text and f"this {gib} GiB card" in caplog.text
+    size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
+    kept = state_bytes(size, cfg, cfg.hardware.lora, compiled=not cfg.hardware.lora)
+    assert kept <= gib * GIB * STATE_SHARE
+
+
+def _resident_bytes(model, optimizer, ref) -> int:
+    """Bytes of every parameter, gradient and optimizer state tensor (AdamW's scalar step counters aside)."""
+    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
+    tensors += list(ref.parameters()) if ref is not None else []
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("algo.beta=0.04",), ("hardware.lora=true",), ("hardware.lora=true", "algo.beta=0.04")],
+    ids=["full", "full+reference", "lora", "lora+reference"],
+)
+def test_the_count_equals_what_a_real_step_allocates(make_cfg, overrides):
+    """The tiny model after one real forward/backward and AdamW step on the CPU: weights (float32 masters for a
+    full fine-tune, the base in the compute dtype under LoRA), gradients, AdamW moments and a reference copy
+    when algo.beta > 0 are exactly what state_bytes counts (no generation copy on this path)."""
+    from pods.update.optim import build_optimizer
+
+    cfg = make_cfg("hardware=cpu", "model.dtype=float32", *overrides)
+    cpu = torch.device("cpu")
+    model, ref = pods.models.load_policy(cfg, cpu)
+    optimizer, _ = build_optimizer(model, cfg, cpu)
+    model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
+    optimizer.step()
+    size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
+    assert _resident_bytes(model, optimizer, ref) == state_bytes(size, cfg, cfg.hardware.lora, compiled=False)

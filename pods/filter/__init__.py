@@ -1,10 +1,14 @@
 """Pre-rollout filtering: decide, before generating, which sampled prompts are worth rollouts.
 
-A prefilter is a class with `keep(prompt_ids, epoch) -> list[bool]`, `observe(prompt_ids, epoch, rewards)`,
-`end_step(epoch)`, `metrics()`, `state_dict()` and `load_state_dict()`. Register with
-`@register_prefilter("name")`; `selector.prefilter=name` then uses it.
+A prefilter is a class with the `Prefilter` interface (pods/filter/registry.py), registered with
+`@register_prefilter("name")`; `selector.prefilter=name` then uses it. Every module of this package is
+imported here, so a new filter file registers itself.
 """
 
-from pods.filter.greso import PREFILTERS, GresoFilter, NoFilter, build_prefilter, register_prefilter
+from pods.filter.greso import GresoFilter
+from pods.filter.registry import PREFILTERS, NoFilter, Prefilter, build_prefilter, register_prefilter
+from pods.registry import import_submodules
 
-__all__ = ["PREFILTERS", "GresoFilter", "NoFilter", "build_prefilter", "register_prefilter"]
+import_submodules(__name__)
+
+__all__ = ["PREFILTERS", "GresoFilter", "NoFilter", "Prefilter", "build_prefilter", "register_prefilter"]

@@ -12,10 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pods.registry import Registry
-
-PREFILTERS: Registry = Registry("prefilter")
-register_prefilter = PREFILTERS.register
+from pods.filter.registry import register_prefilter
 
 EASY, HARD, MIXED = 1, -1, 0
 
@@ -44,30 +41,6 @@ def zero_var_streak(history: list[int]) -> tuple[int, int]:
 
 def keep_probability(z: int, p: float, min_keep: float) -> float:
     return 1.0 if z == 0 else max(p**z, min_keep)
-
-
-@register_prefilter("none")
-class NoFilter:
-    def __init__(self, cfg=None, seed: int = 0):
-        pass
-
-    def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]:
-        return [True] * len(prompt_ids)
-
-    def observe(self, prompt_ids: list[int], epoch: int, rewards: torch.Tensor) -> None:
-        pass
-
-    def end_step(self, epoch: int) -> None:
-        pass
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
 
 
 @register_prefilter("greso")
@@ -150,7 +123,3 @@ class GresoFilter:
         self.p = {int(k): v for k, v in state["p"].items()}
         self.history = {int(k): list(v) for k, v in state["history"].items()}
         self.rng.bit_generator.state = state["rng"]
-
-
-def build_prefilter(name: str, cfg, seed: int):
-    return PREFILTERS.get_or_raise(name, "selector.prefilter")(cfg, seed)

@@ -116,6 +116,12 @@ class RolloutCollector:
         self.prompts, self.answers = prompts, answers
         self.zero_var_ratio = 0.0  # running estimate used to size dynamic-sampling rounds
 
+    def state_dict(self) -> dict:
+        return {"zero_var_ratio": self.zero_var_ratio}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.zero_var_ratio = state["zero_var_ratio"]
+
     def draw(self, k: int, stats: CollectStats) -> list[tuple[int, int]]:
         """Take prompts from the sampler until k pass the pre-rollout filter (bounded number of draws)."""
         kept: list[tuple[int, int]] = []

@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 
 from pods.batch import Rollouts, Sampling
 from pods.config import ConfigError
+from pods.rollout.backend import Backend, register_backend
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 
 log = logging.getLogger("pods")
@@ -282,10 +283,24 @@ def start_engine(llm_class, kwargs: dict):
         torch.set_num_threads(threads)
 
 
-class VLLMGenerator:
-    """Same interface as HFGenerator: generate(...) -> Rollouts, sync_weights(model), pad_id, eos_ids."""
+@register_backend("vllm")
+class VLLMGenerator(Backend):
+    """The Generator interface (pods/rollout/backend.py) over a colocated vLLM engine."""
 
     reads_policy = None  # the engine holds its own copy of the weights
+    supports_fsdp = False  # the engine would need the gathered weights pushed each step; not built yet
+
+    @classmethod
+    def from_config(cls, cfg, model, tokenizer, device, timer=None) -> VLLMGenerator:
+        return cls(cfg, model, tokenizer, device)
+
+    @staticmethod
+    def preflight(cfg) -> None:
+        require_vllm()
+
+    @staticmethod
+    def card_share(cfg) -> float:
+        return cfg.hardware.vllm_gpu_memory_utilization  # the engine's weights and KV cache live there
 
     def __init__(self, cfg, model, tokenizer, device, sleep: bool | None = None):
         device = torch.device(device)

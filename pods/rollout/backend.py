@@ -1,0 +1,111 @@
+"""The rollout stage's extension point: the `Generator` interface and the backend registry.
+
+A backend is a class registered with `@register_backend("name")`; `rollout.backend=name` then builds it
+through `from_config`. Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs
+about it, so no other module asks which backend is configured:
+
+    supports_fsdp           can it run beside hardware.distributed=fsdp (config check)
+    preflight(cfg)          checks before any weights load (an engine installed, its version)
+    card_share(cfg)         share of the GPU the backend's own engine takes (pods/memory.py sizes the rest)
+    keeps_generation_copy   whether it keeps a copy of the weights in the compute dtype (pods/memory.py)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pods.batch import Rollouts
+from pods.config import ConfigError
+from pods.registry import Registry
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """What the loop and eval use of a rollout backend."""
+
+    pad_id: int  # the id completions are padded with
+    eos_ids: list[int]  # ids that end a completion
+    reads_policy: Any  # the training module generate() reads (FSDP gathers it first), or None (own copy)
+
+    def generate(
+        self,
+        prompts: list[str],
+        prompt_ids: list[int],
+        n: int,
+        temperature: float,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        add_special_tokens: bool = False,
+    ) -> Rollouts:
+        """n completions per prompt, rows group-major: (P * n, ...) tensors in a Rollouts."""
+        ...
+
+    def sync_weights(self, model) -> None:
+        """Make the next generate() sample from `model`'s current weights (called after each update)."""
+        ...
+
+
+class Backend:
+    """Defaults of the class-level hooks a registered backend may override (see the module docstring)."""
+
+    supports_fsdp: ClassVar[bool] = True
+
+    @classmethod
+    def from_config(cls, cfg, model, tokenizer, device, timer=None) -> Generator:
+        raise NotImplementedError(f"{cls.__name__}.from_config")
+
+    @staticmethod
+    def preflight(cfg) -> None:
+        pass
+
+    @staticmethod
+    def card_share(cfg) -> float:
+        return 0.0
+
+    @staticmethod
+    def keeps_generation_copy(cfg, device) -> bool:
+        return False
+
+
+BACKENDS: Registry[type[Backend]] = Registry("rollout backend")
+
+
+def register_backend(name: str):
+    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it."""
+    return BACKENDS.register(name)
+
+
+def backend_class(cfg) -> type[Backend]:
+    """The class registered under rollout.backend (KeyError listing the registered names otherwise)."""
+    return BACKENDS.get_or_raise(cfg.rollout.backend, "rollout.backend")
+
+
+def check_backend(cfg) -> type[Backend]:
+    """The config checks that depend on the backend (run in preflight, beside pods.config.validate, which
+    stays below the rollout stage): rollout.backend is registered, and it supports the hardware profile."""
+    name = cfg.rollout.backend
+    if name not in BACKENDS:
+        raise ConfigError(
+            f"rollout.backend={name!r} is not valid; allowed values: {', '.join(sorted(BACKENDS))}"
+        )
+    if cfg.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
+        raise ConfigError(
+            f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
+        )
+    return BACKENDS[name]
+
+
+def build_generator(cfg, model, tokenizer, device, timer=None) -> Generator:
+    """Build the backend named by rollout.backend and check that it has the Generator interface."""
+    gen = backend_class(cfg).from_config(cfg, model, tokenizer, device, timer)
+    if not isinstance(gen, Generator):
+        missing = [
+            k
+            for k in ("pad_id", "eos_ids", "reads_policy", "generate", "sync_weights")
+            if not hasattr(gen, k)
+        ]
+        raise TypeError(
+            f"rollout.backend={cfg.rollout.backend!r} built a {type(gen).__name__} without {', '.join(missing)} "
+            "(see pods.rollout.backend.Generator)"
+        )
+    return gen

@@ -1,0 +1,97 @@
+"""The checkpoint layout: one state per component, each rank's random streams once, the earlier layout read
+by conversion (the same next steps, bitwise), any other refused in one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from pods import checkpoint as ckpt
+from pods.config import ConfigError
+from pods.resume import FORMAT, read_state
+from pods.tracking import read_metrics
+from pods.train import run
+from tests.conftest import SAME_RUN_KEYS, SMOKE
+
+COMMON = [*SMOKE, "selector=greso_max_variance", "selector.n=8", "selector.m=4", "eval.at_end=false"]
+COMPONENTS = {
+    "scheduler",
+    "sampler",
+    "prefilter",
+    "collector",
+    "timer",
+    "eval_every",
+    "ckpt_every",
+    "trainer",
+}
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    from tests.conftest import compose_cfg
+
+    d = tmp_path_factory.mktemp("two") / "run"
+    run(compose_cfg([*COMMON, "max_steps=2"], d))
+    return d
+
+
+def _state_path(run_dir):
+    return ckpt.latest_checkpoint(run_dir / "checkpoints") / "trainer_state.pt"
+
+
+def test_the_checkpoint_is_a_dict_of_components_and_each_rank_streams_once(two_steps):
+    st = torch.load(_state_path(two_steps), weights_only=False)
+    assert set(st) == {"format", "step", "optimizer", "components", "per_rank"} and st["format"] == FORMAT
+    assert set(st["components"]) == COMPONENTS
+    assert st["components"]["trainer"]["counters"]["rollouts"] > 0
+    assert set(st["components"]["collector"]) == {"zero_var_ratio"}
+    assert [set(r) for r in st["per_rank"]] == [{"rng"}]  # one rank; the selection generator lives there only
+    assert set(st["per_rank"][0]["rng"]) == {"global", "select"}
+
+
+def to_v1(st: dict) -> dict:
+    """trainer_state.pt as pods wrote it before components (nine top-level keys, streams saved twice)."""
+    c, mine = st["components"], st["per_rank"][0]["rng"]
+    return {
+        "optimizer": st["optimizer"],
+        "scheduler": c["scheduler"],
+        "sampler": c["sampler"],
+        "prefilter": c["prefilter"],
+        "select_gen": mine["select"],
+        "counters": c["trainer"]["counters"],
+        "train_clock": c["timer"]["train_clock"],
+        "next_eval": c["eval_every"]["next_time"],
+        "next_ckpt": c["ckpt_every"]["next_time"],
+        "zero_var_ratio": c["collector"]["zero_var_ratio"],
+        "per_rank": [{"rng": r["rng"]["global"], "select_gen": r["rng"]["select"]} for r in st["per_rank"]],
+        "rng": mine["global"],
+        "step": st["step"],
+    }
+
+
+def test_an_old_layout_checkpoint_resumes_to_the_same_steps_and_weights(make_cfg, two_steps, tmp_path):
+    new, old = tmp_path / "new", tmp_path / "old"
+    shutil.copytree(two_steps, new)
+    shutil.copytree(two_steps, old)
+    path = _state_path(old)
+    torch.save(to_v1(torch.load(path, weights_only=False)), path)
+    for d in (new, old):
+        run(make_cfg(*COMMON, "max_steps=4", "resume=true", run_dir=d))
+    a, b = (read_metrics(d / "metrics.jsonl") for d in (new, old))
+    assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3, 4]
+    for x, y in zip(a, b):
+        assert all(x.get(k) == y.get(k) for k in SAME_RUN_KEYS), x["step"]
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (new, old))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_checkpoint_of_an_unknown_layout_is_refused_in_one_line(two_steps, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(two_steps, d)
+    path = _state_path(d)
+    torch.save({**torch.load(path, weights_only=False), "format": 99}, path)
+    with pytest.raises(ConfigError, match="format 99, this pods reads 2") as e:
+        read_state(path.parent)
+    assert "\n" not in str(e.value)
