@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from pods import checkpoint as ckpt
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.tracking import MetricsGapError, check_metrics
 
 log = logging.getLogger("pods")

@@ -21,6 +21,7 @@ import torch
 import transformers
 
 from pods.data import PromptSampler, load_prompt_sets
+from pods.config import settings
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.filter import build_prefilter
@@ -44,6 +45,7 @@ log = logging.getLogger("pods")
 class Trainer:
     def __init__(self, cfg, run_dir: Path, callbacks=()):
         self.cfg, self.run_dir, self.callbacks = cfg, Path(run_dir), list(callbacks)
+        self.settings = settings(cfg)  # typed groups: each stage gets its own
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
         self.device = resolve_device(cfg)
@@ -62,10 +64,10 @@ class Trainer:
         optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
         self.sampler = PromptSampler(len(self.train_set.prompts), cfg.seed)  # same draws on every rank
-        self.prefilter = build_prefilter(cfg.selector.prefilter, cfg.selector.greso, cfg.seed)
+        self.prefilter = build_prefilter(self.settings.prefilter, cfg.seed)
         self.select_rng = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.collector = RolloutCollector(
-            CollectSettings.from_config(cfg), self.sampler, self.prefilter, self.generator, self.reward_fn,
+            CollectSettings.from_config(self.settings), self.sampler, self.prefilter, self.generator, self.reward_fn,
             self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
         )  # fmt: skip
         self.update_settings, self.eval_settings = (
@@ -124,17 +126,17 @@ class Trainer:
         return final
 
     def train_step(self) -> dict:
-        s, t = self.cfg.selector, self.timer
+        s, t = self.settings.selector, self.timer
         with autocast(self.cfg, self.device):
             batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
         self.step += 1
         kept = None
         if batch is not None:
             with t.phase("selection"):
-                kept = batch.select(downsample(s.downsample, batch.rewards, s.m, self.select_rng))  # (P, m)
+                kept = batch.select(downsample(s.name, batch.rewards, s.m, self.select_rng))  # (P, m)
             with t.phase("advantages"):
-                scale = self.cfg.algo.scale_adv_by_std
-                kept.advantages = kept_advantages(kept.rewards, batch.rewards, s.adv_stats, scale)
+                a = self.settings.advantage
+                kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
         with t.phase("update"), autocast(self.cfg, self.device):
             rec = policy_update(
                 self.train_model, kept, self.optimizer, self.scheduler, self.update_settings, self.device,

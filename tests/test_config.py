@@ -11,7 +11,7 @@ from pods.config import ConfigError, validate
 from pods.train import preflight
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ["model", "dataset", "reward", "selector", "hardware", "rollout", "logger", "variant"]
+GROUPS = ["model", "dataset", "reward", "prefilter", "selector", "hardware", "rollout", "logger", "arm"]
 
 
 def options(group: str) -> list[str]:
@@ -20,8 +20,7 @@ def options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_option_composes_and_validates(make_cfg, group, option):
-    prefix = "+" if group == "variant" else ""
-    cfg = make_cfg(f"{prefix}{group}={option}")
+    cfg = make_cfg(f"{group}={option}")
     validate(cfg)  # hub models compose without loading anything
     OmegaConf.to_container(cfg, resolve=True)
 
@@ -29,7 +28,7 @@ def test_every_option_composes_and_validates(make_cfg, group, option):
 @pytest.mark.parametrize("experiment", options("experiment"))
 @pytest.mark.parametrize("scale", [None, "cpu"])
 def test_every_experiment_composes(make_cfg, experiment, scale):
-    over = [f"+experiment={experiment}"] + ([f"+scale={scale}"] if scale else [])
+    over = [f"experiment={experiment}"] + ([f"scale={scale}"] if scale else [])
     cfg = make_cfg(*over)
     validate(cfg)
     assert cfg.experiment
@@ -54,12 +53,12 @@ def test_selector_n_m_sweepable(make_cfg):
     [
         (["selector.m=80"], "selector.m=80 must be between 1 and selector.n=64"),
         (["selector=none", "selector.n=1", "selector.m=1"], "selector.n=1 must be >= 2"),
-        (["selector.m=1"], "selector.m=1 must be >= 2 with selector.downsample=max_variance"),
+        (["selector.m=1"], "selector.m=1 must be >= 2 with selector.name=max_variance"),
         (["selector=none", "selector.m=8"], "needs a down-sampler"),
-        (["selector.downsample=maxvar"], "allowed values: max_reward, max_variance, none, random"),
+        (["selector.name=maxvar"], "allowed values: max_reward, max_variance, none, random"),
         (
-            ["selector.prefilter=gresoo"],
-            "selector.prefilter='gresoo' is not valid; allowed values: greso, none",
+            ["prefilter.name=gresoo"],
+            "prefilter.name='gresoo' is not valid; allowed values: greso, none",
         ),
         (["optim.lr=-1e-5"], "optim.lr=-1e-05 must be > 0"),
         (["optim.schedule=linear"], "optim.schedule='linear' is not valid; allowed values: constant, cosine"),
@@ -103,13 +102,15 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["reward.weights.accuracy=-1"], "reward.weights.accuracy=-1.0 must be >= 0"),
         (["+reward.weights.lenght=1"], "reward.weights.lenght: 'lenght' is not a registered reward"),
         (["reward.timeout_s=0"], "reward.timeout_s=0.0 must be > 0"),
-        (["selector=greso", "selector.greso.max_rounds=0"], "selector.greso.max_rounds=0 must be >= 1"),
-        (["selector.greso.min_keep=2"], "selector.greso.min_keep=2.0 must be in [0, 1)"),
-        (["selector.greso.p_step=-0.5"], "selector.greso.p_step=-0.5 must be in [0, 1]"),
-        (["selector.greso.target_zero_var=1.5"], "selector.greso.target_zero_var=1.5 must be in [0, 1]"),
-        (["selector.greso.easy_share=-0.1"], "selector.greso.easy_share=-0.1 must be in [0, 1]"),
-        (["selector.greso.oversample=0.5"], "selector.greso.oversample=0.5 must be >= 1"),
-        (["selector.greso.p_min=0.9", "selector.greso.p_init=0.5"], "p_min <= p_init <= p_max"),
+        (["dynamic_sampling.enabled=true", "dynamic_sampling.max_rounds=0"], "dynamic_sampling.max_rounds=0 must be >= 1"),
+        (["prefilter.min_keep=2"], "prefilter.min_keep=2.0 must be in [0, 1)"),
+        (["prefilter.p_step=-0.5"], "prefilter.p_step=-0.5 must be in [0, 1]"),
+        (["prefilter.target_zero_var=1.5"], "prefilter.target_zero_var=1.5 must be in [0, 1]"),
+        (["prefilter.easy_share=-0.1"], "prefilter.easy_share=-0.1 must be in [0, 1]"),
+        (["dynamic_sampling.oversample=0.5"], "dynamic_sampling.oversample=0.5 must be >= 1"),
+        (["prefilter.p_min=0.9", "prefilter.p_init=0.5"], "p_min <= p_init <= p_max"),
+        (["advantage.stats=all"], "advantage.stats='all' is not valid; allowed values: kept, full"),
+        (["model.recipe.lr=0"], "model.recipe.lr=0.0 must be > 0"),
         (["algo.epsilon_high=-1"], "algo.epsilon_high=-1.0 must be > 0"),
         (["algo.epsilon=1.5"], "algo.epsilon=1.5 must be in (0, 1)"),
         (["algo.mu=0"], "algo.mu=0 must be >= 1"),
@@ -174,7 +175,7 @@ def _numeric_leaves(node, prefix=""):
 
 def test_every_numeric_field_has_a_range_check(make_cfg):
     """A class test: any numeric field set to an absurd value fails validation with its own key named."""
-    base = ["hardware.lora=true", "selector=greso"]  # so lora and greso fields are live
+    base = ["hardware.lora=true", "prefilter=greso", "dynamic_sampling.enabled=true"]
     keys = dict(_numeric_leaves(OmegaConf.to_container(make_cfg(*base), resolve=True)))
     keys = {k: v for k, v in keys.items() if not k.startswith(("reward.weights.", "dataset.task_kwargs."))}
     assert len(keys) > 40

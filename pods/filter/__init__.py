@@ -2,7 +2,8 @@
 
 A prefilter is a class with `keep(prompt_ids, epoch) -> list[bool]`, `observe(prompt_ids, epoch, rewards)`,
 `end_step(epoch)`, `metrics()`, `state_dict()` and `load_state_dict()`. Register with
-`@register_prefilter("name")`; `selector.prefilter=name` then uses it.
+`@register_prefilter("name")`; `prefilter.name=name` then uses it (and a conf/prefilter/<name>.yaml makes
+`prefilter=name` work).
 """
 
 from pods.filter.greso import PREFILTERS, GresoFilter, NoFilter, build_prefilter, register_prefilter

@@ -152,5 +152,6 @@ class GresoFilter:
         self.rng.bit_generator.state = state["rng"]
 
 
-def build_prefilter(name: str, cfg, seed: int):
-    return PREFILTERS.get_or_raise(name, "selector.prefilter")(cfg, seed)
+def build_prefilter(cfg, seed: int):
+    """The filter `cfg.name` (pods.config.PrefilterConfig: the name and GRESO's knobs)."""
+    return PREFILTERS.get_or_raise(cfg.name, "prefilter.name")(cfg, seed)
