@@ -287,3 +287,34 @@ def test_unwritable_run_dir_fails_in_preflight(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
     with pytest.raises(ConfigError, match=r"run_dir/checkpoints=.* is not writable \(Permission denied\)"):
         preflight(make_cfg("resume=true"))
+
+
+@pytest.mark.parametrize("group", ["hardware", "rollout", "dataset", "reward", "logger", "prefilter"])
+def test_no_option_restates_a_schema_default(group):
+    """Each default is stated once, beside its comment in pods/config.py; an option file sets what differs
+    (and the keys that name the option: name, backend, source)."""
+    from pods.config import TrainConfig
+
+    schema = OmegaConf.structured(TrainConfig)[group]
+    for path in sorted((CONF / group).glob("*.yaml")):
+        node = OmegaConf.load(path)
+        same = [
+            k
+            for k in node
+            if k in schema and k not in ("name", "backend", "source", "weights")
+            and not OmegaConf.is_missing(schema, k) and not OmegaConf.is_interpolation(schema, k)
+            and node[k] == schema[k]
+        ]  # fmt: skip
+        assert not same, f"{path.name} restates the defaults of {', '.join(f'{group}.{k}' for k in same)}"
+
+
+@pytest.mark.parametrize(
+    "overrides,plain",
+    [([], False), (["selector=none"], True), (["arm=none-n64-m64"], True),
+     (["arm=greso+dynamic_sampling+none-n16-m16"], False), (["arm=dynamic_sampling+none-n16-m16"], False),
+     (["selector=none", "prefilter=greso"], False)],
+)  # fmt: skip
+def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrides, plain):
+    from pods.analysis.load import is_plain_grpo
+
+    assert is_plain_grpo(OmegaConf.to_container(make_cfg(*overrides), resolve=True)) is plain
