@@ -187,7 +187,9 @@ class PrefilterConfig:
                 f"p_max={self.p_max}"
             )
         interval("prefilter.p_step", self.p_step, 0, 1, "[]", " (the adaptation step per training step)")
-        interval("prefilter.min_keep", self.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)")
+        interval(
+            "prefilter.min_keep", self.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)"
+        )
         interval("prefilter.target_zero_var", self.target_zero_var, 0, 1, "[]", " (a fraction of groups)")
         interval("prefilter.easy_share", self.easy_share, 0, 1, "[]", " (a fraction of the target)")
 
@@ -278,7 +280,9 @@ class HardwareConfig:
                     raise ConfigError(
                         f"hardware.distributed=fsdp does not support {key} yet; use hardware.distributed=ddp"
                     )
-        choice("hardware.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
+        choice(
+            "hardware.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"]
+        )
         at_least("hardware.micro_batch_size", self.micro_batch_size, 1)
         if self.num_threads < 0:
             raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
@@ -338,7 +342,9 @@ class AlgoConfig:
 
     def check(self) -> None:
         at_least("algo.prompts_per_step", self.prompts_per_step, 1)
-        interval("algo.epsilon", self.epsilon, 0, 1, "()", " (the PPO clip range: ratios in [1-eps, 1+eps_high])")
+        interval(
+            "algo.epsilon", self.epsilon, 0, 1, "()", " (the PPO clip range: ratios in [1-eps, 1+eps_high])"
+        )
         if self.epsilon_high is not None:
             positive("algo.epsilon_high", self.epsilon_high, note=" (upper clip range; null = algo.epsilon)")
         positive("algo.beta", self.beta, allow_zero=True)

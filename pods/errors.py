@@ -39,6 +39,8 @@ def at_least(key: str, value: int, low: int, note: str = "") -> None:
 def interval(key: str, value: float, lo: float, hi: float, closed: str = "[]", note: str = "") -> None:
     """value in the interval; `closed` says which ends are included: "[]", "[)", "(]" or "()"."""
     number(key, value)
-    ok = (value >= lo if closed[0] == "[" else value > lo) and (value <= hi if closed[1] == "]" else value < hi)
+    ok = (value >= lo if closed[0] == "[" else value > lo) and (
+        value <= hi if closed[1] == "]" else value < hi
+    )
     if not ok:
         raise ConfigError(f"{key}={value!r} must be in {closed[0]}{lo:g}, {hi:g}{closed[1]}{note}")

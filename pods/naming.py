@@ -13,7 +13,9 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 
-def variant_name(selector: str, n: int, m: int, prefilter: str = "none", dynamic_sampling: bool = False) -> str:
+def variant_name(
+    selector: str, n: int, m: int, prefilter: str = "none", dynamic_sampling: bool = False
+) -> str:
     """>>> variant_name("max_variance", 64, 16)
     'max_variance-n64-m16'
     >>> variant_name("none", 16, 16, prefilter="greso", dynamic_sampling=True)

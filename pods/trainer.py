@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import transformers
 
-from pods.data import PromptSampler, load_prompt_sets
 from pods.config import settings
+from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.filter import build_prefilter
@@ -54,14 +54,15 @@ class Trainer:
         self.ckpt = Checkpointer(self.run_dir, self.dist, cfg.checkpoint.keep_last, cfg.hardware.lora)
         plan = self.ckpt.plan() if cfg.resume else None  # a bad resume fails here, before the model loads
         self.tok = load_tokenizer(cfg)
-        self.reward_fn = build_reward(cfg.reward)
+        self.reward_fn = build_reward(self.settings.reward)
         self.train_set, self.eval_set = load_prompt_sets(cfg.dataset, cfg.model, self.tok)
         self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
         self.ref = reference_policy(self.model, ref, cfg)
         self.model = self.dist.shard_model(self.model, resolve_dtype(cfg, self.device))  # FSDP: in place
         self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
         self.generator = build_generator(cfg, self.model, self.tok, self.device, self.timer)
-        optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
+        total = cfg.max_steps * cfg.algo.mu  # one scheduler step per optimizer step
+        optimizer, self.scheduler = build_optimizer(self.model, self.settings.optim, total, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
         self.sampler = PromptSampler(len(self.train_set.prompts), cfg.seed)  # same draws on every rank
         self.prefilter = build_prefilter(self.settings.prefilter, cfg.seed)
@@ -71,8 +72,8 @@ class Trainer:
             self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
         )  # fmt: skip
         self.update_settings, self.eval_settings = (
-            UpdateSettings.from_config(cfg),
-            EvalSettings.from_config(cfg),
+            UpdateSettings.from_config(self.settings),
+            EvalSettings.from_config(self.settings),
         )
         self.eval_every = Every(cfg.eval.every_steps, cfg.eval.every_seconds)
         self.ckpt_every = Every(cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds)
@@ -149,7 +150,7 @@ class Trainer:
         return rec
 
     def _step_metrics(self, batch, kept, cs, update: dict) -> dict:
-        s = self.cfg.selector
+        s = self.settings.selector
         out = {}
         all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
         if all_kept.numel():

@@ -102,7 +102,10 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["reward.weights.accuracy=-1"], "reward.weights.accuracy=-1.0 must be >= 0"),
         (["+reward.weights.lenght=1"], "reward.weights.lenght: 'lenght' is not a registered reward"),
         (["reward.timeout_s=0"], "reward.timeout_s=0.0 must be > 0"),
-        (["dynamic_sampling.enabled=true", "dynamic_sampling.max_rounds=0"], "dynamic_sampling.max_rounds=0 must be >= 1"),
+        (
+            ["dynamic_sampling.enabled=true", "dynamic_sampling.max_rounds=0"],
+            "dynamic_sampling.max_rounds=0 must be >= 1",
+        ),
         (["prefilter.min_keep=2"], "prefilter.min_keep=2.0 must be in [0, 1)"),
         (["prefilter.p_step=-0.5"], "prefilter.p_step=-0.5 must be in [0, 1]"),
         (["prefilter.target_zero_var=1.5"], "prefilter.target_zero_var=1.5 must be in [0, 1]"),
@@ -318,3 +321,43 @@ def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrid
     from pods.analysis.load import is_plain_grpo
 
     assert is_plain_grpo(OmegaConf.to_container(make_cfg(*overrides), resolve=True)) is plain
+
+
+@pytest.mark.parametrize(
+    "group,match",
+    [
+        ("PrefilterConfig(name='greso', p_min=0.9, p_init=0.5)", "prefilter needs p_min <= p_init <= p_max"),
+        ("PrefilterConfig(min_keep=1.0)", "prefilter.min_keep=1.0 must be in [0, 1)"),
+        ("DynamicSamplingConfig(enabled=True, max_rounds=0)", "dynamic_sampling.max_rounds=0 must be >= 1"),
+        ("SelectorConfig(name='none', n=16, m=8)", "selector.m=8 != selector.n=16 needs a down-sampler"),
+        (
+            "SelectorConfig(name='maxvar', n=64, m=16)",
+            "selector.name='maxvar' is not valid; allowed values: ",
+        ),
+        ("AdvantageConfig(stats='all')", "advantage.stats='all' is not valid; allowed values: kept, full"),
+        ("RecipeConfig(temperature=0.0)", "model.recipe.temperature=0.0 must be > 0"),
+        ("RewardConfig(name='r', weights={})", "reward.weights is empty"),
+        ("OptimConfig(lr=1e-5, weight_decay=0.1, grad_clip=-1.0)", "optim.grad_clip=-1.0 must be >= 0"),
+    ],
+)
+def test_each_group_checks_itself_in_one_line(group, match):
+    """A group's dataclass checks its own fields, without the rest of the config."""
+    from pods import config
+
+    obj = eval(group, vars(config))
+    with pytest.raises(ConfigError) as e:
+        obj.check()
+    assert match in str(e.value) and "\n" not in str(e.value)
+    defaults = type(obj)(**{k: v for k, v in vars(obj).items() if k == "name" and v != "maxvar"})
+    if type(obj).__name__ not in ("SelectorConfig", "RewardConfig", "OptimConfig"):
+        defaults.check()  # the defaults pass
+
+
+def test_validate_returns_the_typed_groups(make_cfg):
+    from pods.config import DynamicSamplingConfig, PrefilterConfig
+
+    typed = validate(make_cfg("arm=greso+dynamic_sampling+none-n16-m16"))
+    assert typed.prefilter == PrefilterConfig(name="greso")
+    assert typed.dynamic_sampling == DynamicSamplingConfig(enabled=True)
+    assert (typed.selector.name, typed.selector.n, typed.selector.m) == ("none", 16, 16)
+    assert typed.optim.lr == typed.model.recipe.lr == 6e-5  # interpolations resolved

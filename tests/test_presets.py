@@ -94,7 +94,9 @@ def test_every_model_preset_keeps_its_values(make_cfg, model):
     assert make_cfg(f"model={model}", "rollout.temperature=0.5").rollout.temperature == 0.5
 
 
-@pytest.mark.parametrize("group", ["hardware", "rollout", "prefilter", "selector", "reward", "dataset", "logger"])
+@pytest.mark.parametrize(
+    "group", ["hardware", "rollout", "prefilter", "selector", "reward", "dataset", "logger"]
+)
 def test_every_group_option_keeps_its_values_under_any_model(make_cfg, group):
     for option, model in itertools.product(options(group), options("model")):
         cfg = make_cfg(f"model={model}", f"{group}={option}")
@@ -117,7 +119,12 @@ def test_an_arm_is_named_by_the_variant_it_produces(make_cfg, arm):
     from pods.naming import variant_name
 
     c = make_cfg(f"arm={arm}")
-    assert variant_name(c.selector.name, c.selector.n, c.selector.m, c.prefilter.name, c.dynamic_sampling.enabled) == arm
+    assert (
+        variant_name(
+            c.selector.name, c.selector.n, c.selector.m, c.prefilter.name, c.dynamic_sampling.enabled
+        )
+        == arm
+    )
 
 
 @pytest.mark.parametrize("arm", options("arm"))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.analysis import saved_config
 from pods.compare import main
+from tests.analysis import saved_config
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 on the t=100 checkpoint
@@ -128,7 +128,18 @@ def test_cli_wandb_csv(tmp_path):
     csv = tmp_path / "export.csv"
     csv.write_text("\n".join(",".join(map(str, r)) for r in [cols, *rows]) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "pods.compare", str(csv), "--n-boot", "100", "--rule", "strict", "--baseline", "GRPO"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pods.compare",
+        str(csv),
+        "--n-boot",
+        "100",
+        "--rule",
+        "strict",
+        "--baseline",
+        "GRPO",
+    ]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     (out,) = tmp_path.glob("compare-*")
@@ -323,7 +334,9 @@ def test_cli_reads_the_old_layout_and_refuses_two_baselines(tmp_path, capsys):
     and GRPO 64/64 are both plain GRPO, so compare refuses and lists the variants; --baseline decides."""
     configs = {
         "none-n16-m16": OLD_LAYOUT.format(name="none", sel="none", n=16, m=16, pre="none", ds="false"),
-        "max_variance-n64-m16": OLD_LAYOUT.format(name="max_variance", sel="max_variance", n=64, m=16, pre="none", ds="false"),
+        "max_variance-n64-m16": OLD_LAYOUT.format(
+            name="max_variance", sel="max_variance", n=64, m=16, pre="none", ds="false"
+        ),
         "none-n64-m64": OLD_LAYOUT.format(name="none", sel="none", n=64, m=64, pre="none", ds="false"),
         "greso-n16-m16": OLD_LAYOUT.format(name="greso", sel="none", n=16, m=16, pre="greso", ds="true"),
     }
@@ -333,7 +346,9 @@ def test_cli_reads_the_old_layout_and_refuses_two_baselines(tmp_path, capsys):
     assert err.count("\n") == 1
     assert "several are plain GRPO (no prefilter, no dynamic sampling, no down-sampling, n == m): " in err
     assert "none-n16-m16, none-n64-m64; choose --baseline from: " in err
-    assert main([str(sweep), "--out", str(tmp_path / "o"), "--n-boot", "0", "--baseline", "none-n16-m16"]) == 0
+    assert (
+        main([str(sweep), "--out", str(tmp_path / "o"), "--n-boot", "0", "--baseline", "none-n16-m16"]) == 0
+    )
     assert pd.read_csv(tmp_path / "o" / "summary.csv").baseline.iat[0] == "none-n16-m16"
 
 
@@ -348,7 +363,10 @@ def test_committed_old_runs_are_told_by_their_configs():
               "max_reward-n64-m16": False, "dynamic_sampling-n16-m16": False, "greso-n16-m16": False,
               "greso_max_variance-n64-m16": False}  # fmt: skip
     seen = set()
-    for path in [*runs.glob("cpu_rule_ablation/runs/*/config.yaml"), *runs.glob("cpu_greso/runs/*/config.yaml")]:
+    for path in [
+        *runs.glob("cpu_rule_ablation/runs/*/config.yaml"),
+        *runs.glob("cpu_greso/runs/*/config.yaml"),
+    ]:
         variant = path.parent.name.rsplit("-s", 1)[0]
         assert is_plain_grpo(yaml.safe_load(path.read_text())) is expect[variant], path
         seen.add(variant)

@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.analysis import saved_config
 from pods.analysis.curves import (
     DEFAULT_NAME_PATTERN,
     CompareError,
@@ -21,6 +20,7 @@ from pods.analysis.curves import (
     summarize,
 )
 from pods.analysis.load import load_file
+from tests.analysis import saved_config
 
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 at t=100
 FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 at t=50, 0.8 at t=75

@@ -75,7 +75,9 @@ def write_export(path: Path) -> Path:
 def run_cli(tmp_path: Path, *args: str) -> pd.DataFrame:
     out = tmp_path / "out"
     export = str(write_export(tmp_path / "export.csv"))
-    assert main([export, "--out", str(out), "--n-boot", "0", "--baseline", "GRPO-p8-n32-m32-ga16", *args]) == 0
+    assert (
+        main([export, "--out", str(out), "--n-boot", "0", "--baseline", "GRPO-p8-n32-m32-ga16", *args]) == 0
+    )
     return pd.read_csv(out / "summary.csv")
 
 

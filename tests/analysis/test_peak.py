@@ -154,11 +154,15 @@ def test_pick_baseline_from_the_saved_configs_not_the_names():
     assert pick_baseline(["max_variance-n64-m16", "none-n16-m16"], plain) == "none-n16-m16"
     assert pick_baseline(["pods", "b"], {"pods": False, "b": True}) == "b"  # the name says nothing
     assert pick_baseline(["only"]) == "only"
-    with pytest.raises(CompareError, match="no run has a saved config.yaml.*choose --baseline from: grpo, pods"):
+    with pytest.raises(
+        CompareError, match="no run has a saved config.yaml.*choose --baseline from: grpo, pods"
+    ):
         pick_baseline(["grpo", "pods"])  # names are not guessed
     with pytest.raises(CompareError, match="none is plain GRPO.*choose --baseline from: b, a"):
         pick_baseline(["b", "a"], {"a": False, "b": False})
-    with pytest.raises(CompareError, match="several are plain GRPO .*: a, c; choose --baseline from: a, b, c"):
+    with pytest.raises(
+        CompareError, match="several are plain GRPO .*: a, c; choose --baseline from: a, b, c"
+    ):
         pick_baseline(["a", "b", "c"], {"a": True, "b": False, "c": True})
 
 

@@ -48,7 +48,13 @@ def test_smoke_run_writes_metrics_and_changes_parameters(make_cfg, tmp_path):
 
 @pytest.mark.parametrize("compiled", ["false", "true"])  # true: the generation copy must follow the resume
 def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_path, compiled):
-    common = [*SMOKE, "max_steps=4", "arm=greso+dynamic_sampling+max_variance-n64-m16", "selector.n=8", "selector.m=4"]
+    common = [
+        *SMOKE,
+        "max_steps=4",
+        "arm=greso+dynamic_sampling+max_variance-n64-m16",
+        "selector.n=8",
+        "selector.m=4",
+    ]
     common.append(f"rollout.compile={compiled}")
     full = make_cfg(*common, run_dir=tmp_path / "full")
     run(full)
