@@ -68,7 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--x-min", type=float, help=f"start of the window, {UNIT_HELP}")
     p.add_argument("--x-max", type=float, help=f"end of the window (the budget), {UNIT_HELP}")
-    p.add_argument("--baseline", help="variant to beat (default: the only 'none*' or '*grpo*' one)")
+    p.add_argument(
+        "--baseline",
+        help="variant to beat (default: the one whose runs' config.yaml is plain GRPO: no prefilter, no "
+        "dynamic sampling, no down-sampling, n == m; refused, with the list, when none or several are)",
+    )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--x-col", help="x column of CSV exports and long tables (default: the first column / x)")

@@ -1,23 +1,28 @@
-"""Typed schema of every config group, and the cross-field checks run before any model loads.
+"""Typed schema of every config group; each group checks its own fields (`check()`), once, where it is defined.
 
 Hydra composes conf/train.yaml on top of `TrainConfig` (registered below as `pods_schema`), so a key
-that is not in the schema or a value of the wrong type fails at compose time. `validate(cfg)` then
-checks choices and relations between fields (m <= n, lr > 0, ...) and raises `ConfigError` with the
-key, the bad value and what is allowed.
+that is not in the schema or a value of the wrong type fails at compose time. `validate(cfg)` then turns
+the composed config into these dataclasses (`settings(cfg)`), runs each group's `check()` and the few
+checks that relate two groups (`TrainConfig.check`), and raises `ConfigError` with one line naming the key,
+the bad value and what is allowed. Stages get their group's dataclass, not the whole config.
+
+Each default is stated once, here, beside its comment; the YAML options set only what differs.
+The training loop's stages, in order, and their groups:
+    prefilter (before rollout) -> rollout -> reward -> dynamic_sampling (refill) -> selector (m of n)
+    -> advantage -> update (algo, optim) -> eval
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import II, MISSING, OmegaConf
 
+from pods.errors import ConfigError, at_least, choice, interval, number, positive
 
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key and the allowed values."""
+__all__ = ["ConfigError", "TrainConfig", "register_schema", "settings", "validate"]
 
 
 @dataclass
@@ -28,6 +33,33 @@ class LoraConfig:
     targets: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
+
+    def check(self) -> None:
+        at_least("model.lora.r", self.r, 1)
+        positive("model.lora.alpha", self.alpha)
+        interval("model.lora.dropout", self.dropout, 0, 1, "[)")
+        if not self.targets:
+            raise ConfigError("model.lora.targets is empty; name the modules to adapt (q_proj, ...)")
+
+
+@dataclass
+class RecipeConfig:
+    """Settings that depend on the model; the stages read them by interpolation (optim.lr: ${model.recipe.lr},
+    ...). A model preset sets its recipe; an experiment, a scale or key=value sets the stage's own key and wins.
+    The defaults are the paper's single-GPU 3B values (PODS, arXiv 2504.13818)."""
+
+    lr: float = 5e-6  # -> optim.lr
+    weight_decay: float = 0.1  # -> optim.weight_decay
+    grad_clip: float = 0.1  # -> optim.grad_clip (max grad norm, 0 = off)
+    temperature: float = 0.9  # -> rollout.temperature
+    prompts_per_step: int = 1  # -> algo.prompts_per_step (the paper's single GPU: 1)
+
+    def check(self) -> None:
+        positive("model.recipe.lr", self.lr)
+        positive("model.recipe.weight_decay", self.weight_decay, allow_zero=True)
+        positive("model.recipe.grad_clip", self.grad_clip, allow_zero=True, note=" (0 = off)")
+        positive("model.recipe.temperature", self.temperature)
+        at_least("model.recipe.prompts_per_step", self.prompts_per_step, 1)
 
 
 @dataclass
@@ -40,6 +72,14 @@ class ModelConfig:
     max_completion_len: int = 512  # max new tokens per rollout
     lora: LoraConfig = field(default_factory=LoraConfig)  # used when hardware.lora is true
     trust_remote_code: bool = False
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)  # what this model trains well with
+
+    def check(self) -> None:
+        choice("model.dtype", self.dtype, ["auto", "float32", "bfloat16", "float16"])
+        at_least("model.max_completion_len", self.max_completion_len, 1)
+        at_least("model.max_prompt_len", self.max_prompt_len, 1)
+        self.lora.check()
+        self.recipe.check()
 
 
 @dataclass
@@ -62,6 +102,18 @@ class DatasetConfig:
     on_bad_rows: str = "skip"  # skip (count, report, drop) | error (refuse to start)
     data_seed: int = 1234  # procedural generation seed (fixed across training seeds)
 
+    def check(self) -> None:
+        choice("dataset.source", self.source, ["reasoning_gym", "hf", "local"])
+        choice("dataset.on_bad_rows", self.on_bad_rows, ["skip", "error"])
+        choice("dataset.answer_format", self.answer_format, ["plain", "gsm8k", "boxed"])
+        if "{question}" not in self.template:
+            raise ConfigError(f"dataset.template={self.template!r} must contain '{{question}}'")
+        generated = self.source == "reasoning_gym"
+        note = " (procedural data: how many to generate)" if generated else " (0 = all rows)"
+        at_least("dataset.train_size", self.train_size, 1 if generated else 0, note)
+        at_least("dataset.eval_size", self.eval_size, 1 if generated else 0, note)
+        at_least("dataset.data_seed", self.data_seed, 0)
+
 
 @dataclass
 class RewardConfig:
@@ -76,9 +128,45 @@ class RewardConfig:
     workers: int = 0  # math-verify worker processes per rank; 0: min(4, CPUs per local rank), at least 2
     batch_timeout_s: float = 30.0  # bound on grading one batch; what is left counts as timeouts; 0: none
 
+    def check(self) -> None:
+        from pods.reward import REWARDS
+
+        weights = dict(self.weights)
+        if not weights:
+            raise ConfigError(f"reward.weights is empty; give at least one of: {', '.join(sorted(REWARDS))}")
+        for name, w in weights.items():
+            if name not in REWARDS:
+                raise ConfigError(
+                    f"reward.weights.{name}: {name!r} is not a registered reward; registered: "
+                    f"{', '.join(sorted(REWARDS))}"
+                )
+            number(f"reward.weights.{name}", w)
+            if w < 0:
+                raise ConfigError(
+                    f"reward.weights.{name}={w!r} must be >= 0 (reward terms are scores: higher is better)"
+                )
+        if sum(weights.values()) <= 0:
+            raise ConfigError(
+                f"reward.weights={weights} sum to 0: every reward would be 0 and every update skipped; "
+                "give at least one weight > 0"
+            )
+        positive("reward.timeout_s", self.timeout_s)
+        at_least("reward.max_chars", self.max_chars, 1)
+        at_least("reward.max_answer_chars", self.max_answer_chars, 1)
+        interval("reward.rel_tol", self.rel_tol, 0, 1, "[)")
+        at_least("reward.workers", self.workers, 0, " (0 = automatic)")
+        positive("reward.batch_timeout_s", self.batch_timeout_s, allow_zero=True)
+
+
+# --- the sampling stages: prefilter -> (rollout) -> dynamic_sampling -> selector -> advantage ------------
+
 
 @dataclass
-class GresoConfig:
+class PrefilterConfig:
+    """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. GRESO's knobs are
+    read by `greso` only (pods/filter/greso.py)."""
+
+    name: str = "none"  # none | greso: a name in pods.filter.PREFILTERS
     p_init: float = 0.5  # initial base keep-probability for zero-variance prompts
     p_step: float = 0.01  # adaptation step per training step
     p_min: float = 0.05
@@ -86,20 +174,79 @@ class GresoConfig:
     min_keep: float = 0.01  # a prompt is always kept with at least this probability
     target_zero_var: float = 0.25  # target fraction of zero-variance groups among rollouts
     easy_share: float = 0.3333333333333333  # share of the target that is all-correct (rest: all-wrong)
-    oversample: float = 1.25  # extra prompts drawn per round (dynamic sampling)
+
+    def check(self) -> None:
+        from pods.filter import PREFILTERS
+
+        choice("prefilter.name", self.name, sorted(PREFILTERS))
+        for k in ("p_init", "p_min", "p_max"):
+            interval(f"prefilter.{k}", getattr(self, k), 0, 1, "(]")
+        if not self.p_min <= self.p_init <= self.p_max:
+            raise ConfigError(
+                f"prefilter needs p_min <= p_init <= p_max; got p_min={self.p_min}, p_init={self.p_init}, "
+                f"p_max={self.p_max}"
+            )
+        interval("prefilter.p_step", self.p_step, 0, 1, "[]", " (the adaptation step per training step)")
+        interval(
+            "prefilter.min_keep", self.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)"
+        )
+        interval("prefilter.target_zero_var", self.target_zero_var, 0, 1, "[]", " (a fraction of groups)")
+        interval("prefilter.easy_share", self.easy_share, 0, 1, "[]", " (a fraction of the target)")
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """DAPO-style dynamic sampling (GRESO's base): after reward, drop zero-variance groups and draw more
+    prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/collect.py)."""
+
+    enabled: bool = False
+    oversample: float = 1.25  # extra prompts drawn per round, as a factor
     max_rounds: int = 8  # generation rounds per step before training on a short batch
+
+    def check(self) -> None:
+        number("dynamic_sampling.oversample", self.oversample)
+        if self.oversample < 1:
+            raise ConfigError(
+                f"dynamic_sampling.oversample={self.oversample!r} must be >= 1 (a factor on the prompts "
+                "drawn per round)"
+            )
+        at_least("dynamic_sampling.max_rounds", self.max_rounds, 1, " (generation rounds per step)")
 
 
 @dataclass
 class SelectorConfig:
-    name: str = MISSING
+    """The down-sampler (conf/selector/, PODS's selection rule): generate n rollouts per prompt, train on m."""
+
+    name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selection.SELECTORS
     n: int = 16  # rollouts generated per prompt
     m: int = 16  # rollouts trained on per prompt (m <= n)
-    downsample: str = "none"  # post-rollout down-sampler: a name in pods.selection.SELECTORS
-    prefilter: str = "none"  # pre-rollout filter: none | greso
-    dynamic_sampling: bool = False  # drop zero-variance groups and refill (GRESO/DAPO style)
-    adv_stats: str = "kept"  # advantages normalised over the kept m (paper) | full (all n, ablation)
-    greso: GresoConfig = field(default_factory=GresoConfig)
+
+    def check(self) -> None:
+        from pods.selection import SELECTORS
+
+        choice("selector.name", self.name, sorted(SELECTORS))
+        if self.n < 2:
+            raise ConfigError(f"selector.n={self.n} must be >= 2: GRPO advantages need at least two rollouts")
+        if not 1 <= self.m <= self.n:
+            raise ConfigError(f"selector.m={self.m} must be between 1 and selector.n={self.n} (m <= n)")
+        if self.m < 2 and self.name != "none":
+            raise ConfigError(f"selector.m={self.m} must be >= 2 with selector.name={self.name}")
+        if self.name == "none" and self.m != self.n:
+            raise ConfigError(
+                f"selector.m={self.m} != selector.n={self.n} needs a down-sampler; choose selector=max_variance"
+                " (or random, max_reward)"
+            )
+
+
+@dataclass
+class AdvantageConfig:
+    """How a group's rewards become advantages (pods/update/advantages.py)."""
+
+    stats: str = "kept"  # mean/std over the kept m (the PODS paper) | full (all n generated, an ablation)
+    scale_by_std: bool = True  # divide by the group std (Dr. GRPO turns this off)
+
+    def check(self) -> None:
+        choice("advantage.stats", self.stats, ["kept", "full"])
 
 
 @dataclass
@@ -123,11 +270,31 @@ class HardwareConfig:
     num_threads: int = 0  # torch intra-op CPU threads (0 = automatic: the free cores, see pods/threads.py)
     vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
+    def check(self) -> None:
+        choice("hardware.device", self.device, ["auto", "cpu", "cuda"])
+        choice("hardware.dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        choice("hardware.distributed", self.distributed, ["none", "ddp", "fsdp"])
+        if self.distributed == "fsdp":
+            for key, bad in (("hardware.lora", self.lora), ("hardware.load_in_4bit", self.load_in_4bit)):
+                if bad:
+                    raise ConfigError(
+                        f"hardware.distributed=fsdp does not support {key} yet; use hardware.distributed=ddp"
+                    )
+        choice(
+            "hardware.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"]
+        )
+        at_least("hardware.micro_batch_size", self.micro_batch_size, 1)
+        if self.num_threads < 0:
+            raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
+        interval("hardware.vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 0, 1, "(]")
+        at_least("hardware.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
+        at_least("hardware.width_bucket", self.width_bucket, 0, " (0 = off)")
+
 
 @dataclass
 class RolloutConfig:
     backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
-    temperature: float = 0.9
+    temperature: float = II("model.recipe.temperature")  # the model's own (model.recipe) unless set here
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
@@ -139,6 +306,15 @@ class RolloutConfig:
     # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
+    def check(self) -> None:
+        # rollout.backend is checked against the backend registry in preflight (pods.rollout.check_backend)
+        positive("rollout.temperature", self.temperature, note=" (0 = greedy: all n rollouts would be equal)")
+        interval("rollout.top_p", self.top_p, 0, 1, "(]")
+        at_least("rollout.top_k", self.top_k, 0, " (0 = off)")
+        at_least("rollout.batch_size", self.batch_size, 1)
+        choice("rollout.compile", str(self.compile).lower(), ["auto", "true", "false"])
+        at_least("rollout.prompt_bucket", self.prompt_bucket, 1)
+
 
 @dataclass
 class LoggerConfig:
@@ -149,26 +325,50 @@ class LoggerConfig:
     mode: str = "auto"  # auto (online if logged in and reachable, else offline) | online | offline
     log_completions: int = 2  # completions printed to the log per eval (0 = none)
 
+    def check(self) -> None:
+        choice("logger.backend", self.backend, ["wandb", "none"])
+        choice("logger.mode", self.mode, ["auto", "online", "offline", "disabled"])
+        at_least("logger.log_completions", self.log_completions, 0)
+
 
 @dataclass
 class AlgoConfig:
-    prompts_per_step: int = 1  # prompts per optimizer step (the paper's single GPU: 1)
+    prompts_per_step: int = II("model.recipe.prompts_per_step")  # prompts per optimizer step
     epsilon: float = 0.2  # PPO clip range (low)
     epsilon_high: float | None = None  # upper clip range (None = epsilon)
     beta: float = 0.0  # KL weight to the reference policy (paper: 0)
     mu: int = 1  # policy-gradient iterations per batch of rollouts
     loss_agg: str = "token"  # token (mean over all kept tokens) | sequence (mean of per-sequence means)
-    scale_adv_by_std: bool = True  # divide advantages by the group std (Dr. GRPO turns this off)
+
+    def check(self) -> None:
+        at_least("algo.prompts_per_step", self.prompts_per_step, 1)
+        interval(
+            "algo.epsilon", self.epsilon, 0, 1, "()", " (the PPO clip range: ratios in [1-eps, 1+eps_high])"
+        )
+        if self.epsilon_high is not None:
+            positive("algo.epsilon_high", self.epsilon_high, note=" (upper clip range; null = algo.epsilon)")
+        positive("algo.beta", self.beta, allow_zero=True)
+        at_least("algo.mu", self.mu, 1)
+        choice("algo.loss_agg", self.loss_agg, ["token", "sequence"])
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-6
+    lr: float = II("model.recipe.lr")  # the model's own (model.recipe) unless set here
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    weight_decay: float = 0.1
-    grad_clip: float = 0.1  # max grad norm (0 = off)
+    weight_decay: float = II("model.recipe.weight_decay")
+    grad_clip: float = II("model.recipe.grad_clip")  # max grad norm (0 = off)
     warmup_ratio: float = 0.0
     schedule: str = "constant"  # constant | cosine
+
+    def check(self) -> None:
+        positive("optim.lr", self.lr)
+        positive("optim.weight_decay", self.weight_decay, allow_zero=True)
+        positive("optim.grad_clip", self.grad_clip, allow_zero=True, note=" (0 = off)")
+        choice("optim.schedule", self.schedule, ["constant", "cosine"])
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
+        interval("optim.warmup_ratio", self.warmup_ratio, 0, 1, "[)")
 
 
 @dataclass
@@ -181,6 +381,13 @@ class EvalConfig:
     temperature: float = 0.0  # 0 = greedy
     batch_size: int = 256
 
+    def check(self) -> None:
+        at_least("eval.every_steps", self.every_steps, 0, " (0 = off)")
+        positive("eval.every_seconds", self.every_seconds, allow_zero=True, note=" (0 = off)")
+        at_least("eval.num_samples", self.num_samples, 1)
+        positive("eval.temperature", self.temperature, allow_zero=True, note=" (0 = greedy)")
+        at_least("eval.batch_size", self.batch_size, 1)
+
 
 @dataclass
 class CheckpointConfig:
@@ -189,13 +396,21 @@ class CheckpointConfig:
     keep_last: int = 2
     save_final: bool = True
 
+    def check(self) -> None:
+        at_least("checkpoint.every_steps", self.every_steps, 0, " (0 = off)")
+        positive("checkpoint.every_seconds", self.every_seconds, allow_zero=True, note=" (0 = off)")
+        at_least("checkpoint.keep_last", self.keep_last, 1, " (the newest checkpoint is always kept)")
+
 
 @dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -208,220 +423,48 @@ class TrainConfig:
     max_train_time: float = 0.0  # training-clock budget in seconds (0 = none)
     resume: bool = False  # continue from the newest checkpoint in run_dir
     run_dir: str = "outputs/run"  # set by Hydra to its output dir
-    name: str | None = None  # run name; default: <selector>-n<n>-m<m>-s<seed>
+    name: str | None = None  # run name; default: pods.naming.run_name (the stages, n, m and seed)
     experiment: str | None = None  # name of the experiment preset, if any
     plugins: list[str] = field(default_factory=list)  # modules imported before the config is checked, so
     # the selectors, rewards, prefilters and backends they register are valid names (README: "Plugins")
 
+    def groups(self) -> list:
+        return [getattr(self, f) for f in self.__dataclass_fields__ if hasattr(getattr(self, f), "check")]
+
+    def check(self) -> None:
+        """The top-level fields, every group's own checks, then the few that relate two groups."""
+        at_least("seed", self.seed, 0, " (numpy seeds are non-negative)")
+        at_least("max_steps", self.max_steps, 1)
+        positive("max_train_time", self.max_train_time, allow_zero=True, note=" (0 = no time limit)")
+        for group in self.groups():
+            group.check()
+        # a backend's own limits (registered name, FSDP support) are checked by pods.rollout.check_backend
+        # in preflight, where the backend registry (and any plugin's backends) is loaded
+        h, r = self.hardware, self.rollout
+        if str(r.compile).lower() == "true" and h.load_in_4bit:
+            raise ConfigError(
+                "rollout.compile=true needs a bf16 copy of the weights, which a 4-bit base "
+                "(hardware.load_in_4bit=true) cannot give; use rollout.compile=auto or false"
+            )
+
 
 def register_schema() -> None:
     from pods.naming import register_resolver
-    from pods.presets import install
 
     ConfigStore.instance().store(name="pods_schema", node=TrainConfig)
     register_resolver()  # ${pods.run_name:...}: the run-name format, defined once in pods/naming.py
-    install()  # +experiment/+scale/+variant/+debug apply in the defaults list's order, not the CLI's
 
 
-# --- cross-field checks -------------------------------------------------------------------------
+def settings(cfg: Any) -> TrainConfig:
+    """The composed config as typed dataclasses, interpolations resolved (each stage takes its group)."""
+    if not (OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is TrainConfig):
+        cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
+    return OmegaConf.to_object(cfg)
 
 
-def _choice(key: str, value: Any, allowed: list[str]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not valid; allowed values: {', '.join(map(str, allowed))}")
-
-
-def _number(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{key}={value!r} must be a finite number")
-    return value
-
-
-def _positive(key: str, value: float, allow_zero: bool = False, note: str = "") -> None:
-    ok = math.isfinite(_number(key, value)) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'} and finite{note}")
-
-
-def _at_least(key: str, value: int, low: int, note: str = "") -> None:
-    if _number(key, value) < low:
-        raise ConfigError(f"{key}={value!r} must be >= {low}{note}")
-
-
-def _interval(key: str, value: float, lo: float, hi: float, closed: str = "[]", note: str = "") -> None:
-    """value in the interval; `closed` says which ends are included: "[]", "[)", "(]" or "()"."""
-    _number(key, value)
-    ok = (value >= lo if closed[0] == "[" else value > lo) and (
-        value <= hi if closed[1] == "]" else value < hi
-    )
-    if not ok:
-        raise ConfigError(f"{key}={value!r} must be in {closed[0]}{lo:g}, {hi:g}{closed[1]}{note}")
-
-
-def validate(cfg: Any) -> None:
-    """Check every field's range and choices and the relations between fields; raise ConfigError with one
+def validate(cfg: Any) -> TrainConfig:
+    """Check every field's range and choices and the relations between groups; raise ConfigError with one
     line naming the key, the bad value and what is allowed. Runs before anything heavy loads."""
-    from pods.filter import PREFILTERS
-    from pods.selection import SELECTORS
-
-    _at_least("seed", cfg.seed, 0, " (numpy seeds are non-negative)")
-    _at_least("max_steps", cfg.max_steps, 1)
-    _positive("max_train_time", cfg.max_train_time, allow_zero=True, note=" (0 = no time limit)")
-
-    s = cfg.selector
-    if s.n < 2:
-        raise ConfigError(f"selector.n={s.n} must be >= 2: GRPO advantages need at least two rollouts")
-    if not 1 <= s.m <= s.n:
-        raise ConfigError(f"selector.m={s.m} must be between 1 and selector.n={s.n} (m <= n)")
-    _choice("selector.downsample", s.downsample, sorted(SELECTORS))
-    _choice("selector.prefilter", s.prefilter, sorted(PREFILTERS))
-    _choice("selector.adv_stats", s.adv_stats, ["kept", "full"])
-    if s.m < 2 and s.downsample != "none":
-        raise ConfigError(f"selector.m={s.m} must be >= 2 with selector.downsample={s.downsample}")
-    if s.downsample == "none" and s.m != s.n:
-        raise ConfigError(
-            f"selector.m={s.m} != selector.n={s.n} needs a down-sampler; set selector.downsample"
-        )
-    g = s.greso
-    for k in ("p_init", "p_min", "p_max"):
-        _interval(f"selector.greso.{k}", g[k], 0, 1, "(]")
-    if not g.p_min <= g.p_init <= g.p_max:
-        raise ConfigError(
-            f"selector.greso needs p_min <= p_init <= p_max; got p_min={g.p_min}, p_init={g.p_init}, "
-            f"p_max={g.p_max}"
-        )
-    _interval("selector.greso.p_step", g.p_step, 0, 1, "[]", " (the adaptation step per training step)")
-    _interval(
-        "selector.greso.min_keep", g.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)"
-    )
-    _interval("selector.greso.target_zero_var", g.target_zero_var, 0, 1, "[]", " (a fraction of groups)")
-    _interval("selector.greso.easy_share", g.easy_share, 0, 1, "[]", " (a fraction of the target)")
-    _number("selector.greso.oversample", g.oversample)
-    if g.oversample < 1:
-        raise ConfigError(
-            f"selector.greso.oversample={g.oversample!r} must be >= 1 (a factor on the prompts drawn per round)"
-        )
-    _at_least("selector.greso.max_rounds", g.max_rounds, 1, " (generation rounds per step)")
-
-    h = cfg.hardware
-    _choice("hardware.device", h.device, ["auto", "cpu", "cuda"])
-    _choice("hardware.dtype", h.dtype, ["float32", "bfloat16", "float16"])
-    _choice("model.dtype", cfg.model.dtype, ["auto", "float32", "bfloat16", "float16"])
-    _choice("hardware.distributed", h.distributed, ["none", "ddp", "fsdp"])
-    if h.distributed == "fsdp":
-        for key, bad in (
-            ("hardware.lora", h.lora),
-            ("hardware.load_in_4bit", h.load_in_4bit),
-        ):
-            if bad:
-                raise ConfigError(
-                    f"hardware.distributed=fsdp does not support {key} yet; use hardware.distributed=ddp"
-                )
-    _choice("hardware.attn_implementation", h.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
-    _at_least("hardware.micro_batch_size", h.micro_batch_size, 1)
-    if h.num_threads < 0:
-        raise ConfigError(f"hardware.num_threads={h.num_threads}: must be >= 0 (0 = automatic)")
-    _interval("hardware.vllm_gpu_memory_utilization", h.vllm_gpu_memory_utilization, 0, 1, "(]")
-    _at_least("hardware.micro_batch_tokens", h.micro_batch_tokens, 0, " (0 = rows only)")
-    _at_least("hardware.width_bucket", h.width_bucket, 0, " (0 = off)")
-
-    r = cfg.rollout
-    _positive("rollout.temperature", r.temperature, note=" (0 = greedy: all n rollouts would be equal)")
-    _interval("rollout.top_p", r.top_p, 0, 1, "(]")
-    _at_least("rollout.top_k", r.top_k, 0, " (0 = off)")
-    _at_least("rollout.batch_size", r.batch_size, 1)
-    _choice("rollout.compile", str(r.compile).lower(), ["auto", "true", "false"])
-    if str(r.compile).lower() == "true" and h.load_in_4bit:
-        raise ConfigError(
-            "rollout.compile=true needs a bf16 copy of the weights, which a 4-bit base "
-            "(hardware.load_in_4bit=true) cannot give; use rollout.compile=auto or false"
-        )
-    _at_least("rollout.prompt_bucket", r.prompt_bucket, 1)
-
-    m = cfg.model
-    _at_least("model.max_completion_len", m.max_completion_len, 1)
-    _at_least("model.max_prompt_len", m.max_prompt_len, 1)
-    if h.lora:
-        _at_least("model.lora.r", m.lora.r, 1)
-        _positive("model.lora.alpha", m.lora.alpha)
-        _interval("model.lora.dropout", m.lora.dropout, 0, 1, "[)")
-        if not m.lora.targets:
-            raise ConfigError("model.lora.targets is empty; name the modules to adapt (q_proj, ...)")
-
-    d = cfg.dataset
-    _choice("dataset.source", d.source, ["reasoning_gym", "hf", "local"])
-    _choice("dataset.on_bad_rows", d.on_bad_rows, ["skip", "error"])
-    _choice("dataset.answer_format", d.answer_format, ["plain", "gsm8k", "boxed"])
-    if "{question}" not in d.template:
-        raise ConfigError(f"dataset.template={d.template!r} must contain '{{question}}'")
-    generated = d.source == "reasoning_gym"
-    for key in ("train_size", "eval_size"):
-        note = " (procedural data: how many to generate)" if generated else " (0 = all rows)"
-        _at_least(f"dataset.{key}", d[key], 1 if generated else 0, note)
-    _at_least("dataset.data_seed", d.data_seed, 0)
-
-    _validate_reward(cfg.reward)
-
-    lg = cfg.logger
-    _choice("logger.backend", lg.backend, ["wandb", "none"])
-    _choice("logger.mode", lg.mode, ["auto", "online", "offline", "disabled"])
-    _at_least("logger.log_completions", lg.log_completions, 0)
-
-    a, o = cfg.algo, cfg.optim
-    _at_least("algo.prompts_per_step", a.prompts_per_step, 1)
-    _interval("algo.epsilon", a.epsilon, 0, 1, "()", " (the PPO clip range: ratios in [1-eps, 1+eps_high])")
-    if a.epsilon_high is not None:
-        _positive("algo.epsilon_high", a.epsilon_high, note=" (upper clip range; null = algo.epsilon)")
-    _positive("algo.beta", a.beta, allow_zero=True)
-    _at_least("algo.mu", a.mu, 1)
-    _choice("algo.loss_agg", a.loss_agg, ["token", "sequence"])
-    _positive("optim.lr", o.lr)
-    _positive("optim.weight_decay", o.weight_decay, allow_zero=True)
-    _positive("optim.grad_clip", o.grad_clip, allow_zero=True, note=" (0 = off)")
-    _choice("optim.schedule", o.schedule, ["constant", "cosine"])
-    if len(o.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in o.betas):
-        raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1)")
-    _interval("optim.warmup_ratio", o.warmup_ratio, 0, 1, "[)")
-
-    e = cfg.eval
-    _at_least("eval.every_steps", e.every_steps, 0, " (0 = off)")
-    _positive("eval.every_seconds", e.every_seconds, allow_zero=True, note=" (0 = off)")
-    _at_least("eval.num_samples", e.num_samples, 1)
-    _positive("eval.temperature", e.temperature, allow_zero=True, note=" (0 = greedy)")
-    _at_least("eval.batch_size", e.batch_size, 1)
-
-    c = cfg.checkpoint
-    _at_least("checkpoint.every_steps", c.every_steps, 0, " (0 = off)")
-    _positive("checkpoint.every_seconds", c.every_seconds, allow_zero=True, note=" (0 = off)")
-    _at_least("checkpoint.keep_last", c.keep_last, 1, " (the newest checkpoint is always kept)")
-
-
-def _validate_reward(r: Any) -> None:
-    """The checks build_reward makes, here so that they fail before the tokenizer or model loads."""
-    from pods.reward import REWARDS
-
-    weights = dict(r.weights)
-    if not weights:
-        raise ConfigError(f"reward.weights is empty; give at least one of: {', '.join(sorted(REWARDS))}")
-    for name, w in weights.items():
-        if name not in REWARDS:
-            raise ConfigError(
-                f"reward.weights.{name}: {name!r} is not a registered reward; registered: "
-                f"{', '.join(sorted(REWARDS))}"
-            )
-        _number(f"reward.weights.{name}", w)
-        if w < 0:
-            raise ConfigError(
-                f"reward.weights.{name}={w!r} must be >= 0 (reward terms are scores: higher is better)"
-            )
-    if sum(weights.values()) <= 0:
-        raise ConfigError(
-            f"reward.weights={weights} sum to 0: every reward would be 0 and every update skipped; "
-            "give at least one weight > 0"
-        )
-    _positive("reward.timeout_s", r.timeout_s)
-    _at_least("reward.max_chars", r.max_chars, 1)
-    _at_least("reward.max_answer_chars", r.max_answer_chars, 1)
-    _interval("reward.rel_tol", r.rel_tol, 0, 1, "[)")
-    _at_least("reward.workers", r.workers, 0, " (0 = automatic)")
-    _positive("reward.batch_timeout_s", r.batch_timeout_s, allow_zero=True)
+    typed = settings(cfg)
+    typed.check()
+    return typed

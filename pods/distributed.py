@@ -28,7 +28,7 @@ class Dist:
             self.accelerator = Accelerator(cpu=device.type == "cpu")
             kind = self.accelerator.distributed_type.value
             if kind in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
-                from pods.config import ConfigError
+                from pods.errors import ConfigError
 
                 raise ConfigError(
                     f"the accelerate launch config asks for {kind}; pods shards the model itself: launch with "

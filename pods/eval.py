@@ -9,15 +9,16 @@ import torch
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """What evaluation needs from the config (eval.*, rollout.top_p/top_k, the chat template, logging)."""
+    """What evaluation needs from the config (eval.*, rollout.top_p/top_k, the chat template, logging); no
+    defaults here: they are the config's (pods/config.py)."""
 
-    num_samples: int = 1  # samples per question (1 when greedy)
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0
-    batch_size: int = 256
-    add_special_tokens: bool = False
-    log_completions: int = 2
+    num_samples: int  # samples per question (1 when greedy)
+    temperature: float  # 0 = greedy
+    top_p: float
+    top_k: int
+    batch_size: int
+    add_special_tokens: bool
+    log_completions: int
 
     @classmethod
     def from_config(cls, cfg) -> EvalSettings:

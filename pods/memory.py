@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from pods import ASSETS
-from pods.config import ConfigError
+from pods.errors import ConfigError
 
 log = logging.getLogger("pods")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.hub import OfflineError, offline_message, prepare_hub_access
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,8 +1,11 @@
 """Run and variant names, defined once: used by the run directory (conf/train.yaml, through the
 `pods.run_name` resolver), run_info.json and W&B, and read back by pods.compare (any `-s<seed>` token).
 
-A variant is what is compared (the down-sampling rule and n/m); a run is one seed of it:
-`max_variance-n64-m16` (PODS 64/16), `none-n16-m16` (GRPO 16/16, nothing down-sampled), `...-s3`.
+A variant is what is compared: the sampling stages that are on, joined by `+` in the loop's order (the
+pre-rollout filter unless none, `dynamic_sampling` if on, the down-sampler always), then n and m; a run is
+one seed of it. `none-n16-m16` (GRPO 16/16, nothing down-sampled), `max_variance-n64-m16` (PODS 64/16),
+`greso+dynamic_sampling+max_variance-n64-m16` (GRESO, then PODS), `...-s3`. The presets in conf/arm/ are
+named by the variant they produce.
 """
 
 from __future__ import annotations
@@ -10,11 +13,16 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 
-def variant_name(selector: str, n: int, m: int) -> str:
+def variant_name(
+    selector: str, n: int, m: int, prefilter: str = "none", dynamic_sampling: bool = False
+) -> str:
     """>>> variant_name("max_variance", 64, 16)
     'max_variance-n64-m16'
+    >>> variant_name("none", 16, 16, prefilter="greso", dynamic_sampling=True)
+    'greso+dynamic_sampling+none-n16-m16'
     """
-    return f"{selector}-n{n}-m{m}"
+    stages = [prefilter] * (prefilter != "none") + ["dynamic_sampling"] * bool(dynamic_sampling) + [selector]
+    return f"{'+'.join(stages)}-n{n}-m{m}"
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -24,10 +32,16 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant}-s{seed}"
 
 
+def _as_bool(x) -> bool:
+    return x if isinstance(x, bool) else str(x).lower() == "true"
+
+
 def register_resolver() -> None:
-    """`${pods.run_name:<selector>,<n>,<m>,<seed>}` in configs."""
+    """`${pods.run_name:<prefilter>,<dynamic_sampling.enabled>,<selector>,<n>,<m>,<seed>}` in configs."""
     OmegaConf.register_new_resolver(
         "pods.run_name",
-        lambda sel, n, m, seed: run_name(variant_name(sel, int(n), int(m)), int(seed)),
+        lambda pre, ds, sel, n, m, seed: run_name(
+            variant_name(sel, int(n), int(m), str(pre), _as_bool(ds)), int(seed)
+        ),
         replace=True,
     )

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 
 from pods import checkpoint as ckpt
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.tracking import MetricsGapError, check_metrics
 
 log = logging.getLogger("pods")

@@ -41,7 +41,7 @@ def wandb_mode(requested: str) -> str:
 def run_info_for(cfg) -> dict:
     """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare."""
     s = cfg.selector
-    variant = variant_name(s.name, s.n, s.m)
+    variant = variant_name(s.name, s.n, s.m, cfg.prefilter.name, cfg.dynamic_sampling.enabled)
     return {
         "name": cfg.name or run_name(variant, cfg.seed),
         "variant": variant,

@@ -158,15 +158,38 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     _started = True
     try:
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, MetricsGapError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    except (ConfigError, DataError, OfflineError, MetricsGapError) as e:
+        msg = str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)
         sys.exit(2)
     return final.get("eval/accuracy") if final else None  # lets sweepers optimise the final accuracy
 
 
+def default_groups() -> set[str]:
+    """The groups conf/train.yaml's defaults list already holds a slot for (`optional experiment: null`, ...)."""
+    defaults = OmegaConf.load(Path(CONF_DIR) / "train.yaml").defaults
+    keys = (k for d in defaults if isinstance(d, DictConfig) for k in d)
+    return {k.removeprefix("optional ").removeprefix("override ").strip() for k in keys}
+
+
+def plus_hint(args: list[str]) -> str | None:
+    """`+experiment=greso` asks Hydra to append a second experiment to the defaults list, which Hydra refuses
+    ("Multiple values for experiment"): every group already has its slot, and the slots' order, not the
+    command line's, decides what wins. One line naming the spelling to use instead."""
+    groups = default_groups()
+    for a in args:
+        group = a[1:].split("=", 1)[0].split("@", 1)[0]
+        if a.startswith("+") and not a.startswith("++") and "=" in a and group in groups:
+            return f"{a}: '{group}' already has its slot in conf/train.yaml's defaults; write {a[1:]} (without '+')"
+    return None
+
+
 def main() -> None:
+    hint = plus_hint(sys.argv[1:])
+    if hint:  # before Hydra starts (and its logging): one line on stderr, exit 2
+        print(f"pods: error: {hint}", file=sys.stderr)
+        sys.exit(2)
     try:
         _hydra_main()
     except SystemExit as e:

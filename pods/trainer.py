@@ -21,6 +21,7 @@ import torch
 import transformers
 
 from pods.checkpoint import RngStreams
+from pods.config import settings
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
@@ -45,6 +46,7 @@ log = logging.getLogger("pods")
 class Trainer:
     def __init__(self, cfg, run_dir: Path, callbacks=()):
         self.cfg, self.run_dir, self.callbacks = cfg, Path(run_dir), list(callbacks)
+        self.settings = settings(cfg)  # typed groups: each stage gets its own
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(cfg.seed)
         self.device = resolve_device(cfg)
@@ -53,26 +55,27 @@ class Trainer:
         self.ckpt = Checkpointer(self.run_dir, self.dist, cfg.checkpoint.keep_last, cfg.hardware.lora)
         plan = self.ckpt.plan() if cfg.resume else None  # a bad resume fails here, before the model loads
         self.tok = load_tokenizer(cfg)
-        self.reward_fn = build_reward(cfg.reward)
+        self.reward_fn = build_reward(self.settings.reward)
         self.train_set, self.eval_set = load_prompt_sets(cfg.dataset, cfg.model, self.tok)
         self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
         self.ref = reference_policy(self.model, ref, cfg)
         self.model = self.dist.shard_model(self.model, resolve_dtype(cfg, self.device))  # FSDP: in place
         self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
         self.generator = build_generator(cfg, self.model, self.tok, self.device, self.timer)
-        optimizer, self.scheduler = build_optimizer(self.model, cfg, self.device)
+        total = cfg.max_steps * cfg.algo.mu  # one scheduler step per optimizer step
+        optimizer, self.scheduler = build_optimizer(self.model, self.settings.optim, total, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
         self.sampler = PromptSampler(len(self.train_set.prompts), cfg.seed)  # same draws on every rank
-        self.prefilter = build_prefilter(cfg.selector.prefilter, cfg.selector.greso, cfg.seed)
+        self.prefilter = build_prefilter(self.settings.prefilter, cfg.seed)
         self.select_rng = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.collector = RolloutCollector(
-            CollectSettings.from_config(cfg), self.sampler, self.prefilter, self.generator, self.reward_fn,
+            CollectSettings.from_config(self.settings), self.sampler, self.prefilter, self.generator, self.reward_fn,
             self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
         )  # fmt: skip
         self.update_settings, self.eval_settings = (
-            UpdateSettings.from_config(cfg),
-            EvalSettings.from_config(cfg),
+            UpdateSettings.from_config(self.settings),
+            EvalSettings.from_config(self.settings),
         )
         self.eval_every = Every(cfg.eval.every_steps, cfg.eval.every_seconds)
         self.ckpt_every = Every(cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds)
@@ -125,17 +128,17 @@ class Trainer:
         return final
 
     def train_step(self) -> dict:
-        s, t = self.cfg.selector, self.timer
+        s, t = self.settings.selector, self.timer
         with autocast(self.cfg, self.device):
             batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
         self.step += 1
         kept = None
         if batch is not None:
             with t.phase("selection"):
-                kept = batch.select(downsample(s.downsample, batch.rewards, s.m, self.select_rng))  # (P, m)
+                kept = batch.select(downsample(s.name, batch.rewards, s.m, self.select_rng))  # (P, m)
             with t.phase("advantages"):
-                scale = self.cfg.algo.scale_adv_by_std
-                kept.advantages = kept_advantages(kept.rewards, batch.rewards, s.adv_stats, scale)
+                a = self.settings.advantage
+                kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
         with t.phase("update"), autocast(self.cfg, self.device):
             rec = policy_update(
                 self.train_model, kept, self.optimizer, self.scheduler, self.update_settings, self.device,
@@ -148,7 +151,7 @@ class Trainer:
         return rec
 
     def _step_metrics(self, batch, kept, cs, update: dict) -> dict:
-        s = self.cfg.selector
+        s = self.settings.selector
         out = {}
         all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
         if all_kept.numel():

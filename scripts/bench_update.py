@@ -57,7 +57,7 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
     if cfg.hardware.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    opt, sched = build_optimizer(model, cfg, device)
+    opt, sched = build_optimizer(model, cfg.optim, cfg.max_steps * cfg.algo.mu, device)
     dist = Dist(cfg, device)
     times = []
     for i in range(repeats + 3):  # 3 warm-ups

@@ -5,7 +5,7 @@ same cartesian product of overrides with one process per device slot. Each run g
 under --out, named like the Hydra sweep subdir, so `python -m pods.compare <out>` reads it directly.
 
     python scripts/launch_parallel.py --out outputs/sweeps/headline --gpus 4 \
-        --sweep +variant=grpo,pods --sweep seed=1,2,3 -- +experiment=gsm8k_main +scale=gpu
+        --sweep arm=none-n16-m16,max_variance-n64-m16 --sweep seed=1,2,3 -- experiment=gsm8k_main scale=gpu
 
 `--case` adds alternatives that are not a product of single keys (e.g. GRPO 16/16 next to PODS at several
 n): each --case is one space-separated set of overrides, and the cases form one more axis of the product,

@@ -11,7 +11,7 @@ from pods.config import ConfigError, validate
 from pods.train import preflight
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ["model", "dataset", "reward", "selector", "hardware", "rollout", "logger", "variant"]
+GROUPS = ["model", "dataset", "reward", "prefilter", "selector", "hardware", "rollout", "logger", "arm"]
 
 
 def options(group: str) -> list[str]:
@@ -20,8 +20,7 @@ def options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_option_composes_and_validates(make_cfg, group, option):
-    prefix = "+" if group == "variant" else ""
-    cfg = make_cfg(f"{prefix}{group}={option}")
+    cfg = make_cfg(f"{group}={option}")
     validate(cfg)  # hub models compose without loading anything
     OmegaConf.to_container(cfg, resolve=True)
 
@@ -29,7 +28,7 @@ def test_every_option_composes_and_validates(make_cfg, group, option):
 @pytest.mark.parametrize("experiment", options("experiment"))
 @pytest.mark.parametrize("scale", [None, "cpu"])
 def test_every_experiment_composes(make_cfg, experiment, scale):
-    over = [f"+experiment={experiment}"] + ([f"+scale={scale}"] if scale else [])
+    over = [f"experiment={experiment}"] + ([f"scale={scale}"] if scale else [])
     cfg = make_cfg(*over)
     validate(cfg)
     assert cfg.experiment
@@ -54,12 +53,12 @@ def test_selector_n_m_sweepable(make_cfg):
     [
         (["selector.m=80"], "selector.m=80 must be between 1 and selector.n=64"),
         (["selector=none", "selector.n=1", "selector.m=1"], "selector.n=1 must be >= 2"),
-        (["selector.m=1"], "selector.m=1 must be >= 2 with selector.downsample=max_variance"),
+        (["selector.m=1"], "selector.m=1 must be >= 2 with selector.name=max_variance"),
         (["selector=none", "selector.m=8"], "needs a down-sampler"),
-        (["selector.downsample=maxvar"], "allowed values: max_reward, max_variance, none, random"),
+        (["selector.name=maxvar"], "allowed values: max_reward, max_variance, none, random"),
         (
-            ["selector.prefilter=gresoo"],
-            "selector.prefilter='gresoo' is not valid; allowed values: greso, none",
+            ["prefilter.name=gresoo"],
+            "prefilter.name='gresoo' is not valid; allowed values: greso, none",
         ),
         (["optim.lr=-1e-5"], "optim.lr=-1e-05 must be > 0"),
         (["optim.schedule=linear"], "optim.schedule='linear' is not valid; allowed values: constant, cosine"),
@@ -102,13 +101,18 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["reward.weights.accuracy=-1"], "reward.weights.accuracy=-1.0 must be >= 0"),
         (["+reward.weights.lenght=1"], "reward.weights.lenght: 'lenght' is not a registered reward"),
         (["reward.timeout_s=0"], "reward.timeout_s=0.0 must be > 0"),
-        (["selector=greso", "selector.greso.max_rounds=0"], "selector.greso.max_rounds=0 must be >= 1"),
-        (["selector.greso.min_keep=2"], "selector.greso.min_keep=2.0 must be in [0, 1)"),
-        (["selector.greso.p_step=-0.5"], "selector.greso.p_step=-0.5 must be in [0, 1]"),
-        (["selector.greso.target_zero_var=1.5"], "selector.greso.target_zero_var=1.5 must be in [0, 1]"),
-        (["selector.greso.easy_share=-0.1"], "selector.greso.easy_share=-0.1 must be in [0, 1]"),
-        (["selector.greso.oversample=0.5"], "selector.greso.oversample=0.5 must be >= 1"),
-        (["selector.greso.p_min=0.9", "selector.greso.p_init=0.5"], "p_min <= p_init <= p_max"),
+        (
+            ["dynamic_sampling.enabled=true", "dynamic_sampling.max_rounds=0"],
+            "dynamic_sampling.max_rounds=0 must be >= 1",
+        ),
+        (["prefilter.min_keep=2"], "prefilter.min_keep=2.0 must be in [0, 1)"),
+        (["prefilter.p_step=-0.5"], "prefilter.p_step=-0.5 must be in [0, 1]"),
+        (["prefilter.target_zero_var=1.5"], "prefilter.target_zero_var=1.5 must be in [0, 1]"),
+        (["prefilter.easy_share=-0.1"], "prefilter.easy_share=-0.1 must be in [0, 1]"),
+        (["dynamic_sampling.oversample=0.5"], "dynamic_sampling.oversample=0.5 must be >= 1"),
+        (["prefilter.p_min=0.9", "prefilter.p_init=0.5"], "p_min <= p_init <= p_max"),
+        (["advantage.stats=all"], "advantage.stats='all' is not valid; allowed values: kept, full"),
+        (["model.recipe.lr=0"], "model.recipe.lr=0.0 must be > 0"),
         (["algo.epsilon_high=-1"], "algo.epsilon_high=-1.0 must be > 0"),
         (["algo.epsilon=1.5"], "algo.epsilon=1.5 must be in (0, 1)"),
         (["algo.mu=0"], "algo.mu=0 must be >= 1"),
@@ -173,7 +177,7 @@ def _numeric_leaves(node, prefix=""):
 
 def test_every_numeric_field_has_a_range_check(make_cfg):
     """A class test: any numeric field set to an absurd value fails validation with its own key named."""
-    base = ["hardware.lora=true", "selector=greso"]  # so lora and greso fields are live
+    base = ["hardware.lora=true", "prefilter=greso", "dynamic_sampling.enabled=true"]
     keys = dict(_numeric_leaves(OmegaConf.to_container(make_cfg(*base), resolve=True)))
     keys = {k: v for k, v in keys.items() if not k.startswith(("reward.weights.", "dataset.task_kwargs."))}
     assert len(keys) > 40
@@ -285,3 +289,74 @@ def test_unwritable_run_dir_fails_in_preflight(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
     with pytest.raises(ConfigError, match=r"run_dir/checkpoints=.* is not writable \(Permission denied\)"):
         preflight(make_cfg("resume=true"))
+
+
+@pytest.mark.parametrize("group", ["hardware", "rollout", "dataset", "reward", "logger", "prefilter"])
+def test_no_option_restates_a_schema_default(group):
+    """Each default is stated once, beside its comment in pods/config.py; an option file sets what differs
+    (and the keys that name the option: name, backend, source)."""
+    from pods.config import TrainConfig
+
+    schema = OmegaConf.structured(TrainConfig)[group]
+    for path in sorted((CONF / group).glob("*.yaml")):
+        node = OmegaConf.load(path)
+        same = [
+            k
+            for k in node
+            if k in schema and k not in ("name", "backend", "source", "weights")
+            and not OmegaConf.is_missing(schema, k) and not OmegaConf.is_interpolation(schema, k)
+            and node[k] == schema[k]
+        ]  # fmt: skip
+        assert not same, f"{path.name} restates the defaults of {', '.join(f'{group}.{k}' for k in same)}"
+
+
+@pytest.mark.parametrize(
+    "overrides,plain",
+    [([], False), (["selector=none"], True), (["arm=none-n64-m64"], True),
+     (["arm=greso+dynamic_sampling+none-n16-m16"], False), (["arm=dynamic_sampling+none-n16-m16"], False),
+     (["selector=none", "prefilter=greso"], False)],
+)  # fmt: skip
+def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrides, plain):
+    from pods.analysis.load import is_plain_grpo
+
+    assert is_plain_grpo(OmegaConf.to_container(make_cfg(*overrides), resolve=True)) is plain
+
+
+@pytest.mark.parametrize(
+    "group,match",
+    [
+        ("PrefilterConfig(name='greso', p_min=0.9, p_init=0.5)", "prefilter needs p_min <= p_init <= p_max"),
+        ("PrefilterConfig(min_keep=1.0)", "prefilter.min_keep=1.0 must be in [0, 1)"),
+        ("DynamicSamplingConfig(enabled=True, max_rounds=0)", "dynamic_sampling.max_rounds=0 must be >= 1"),
+        ("SelectorConfig(name='none', n=16, m=8)", "selector.m=8 != selector.n=16 needs a down-sampler"),
+        (
+            "SelectorConfig(name='maxvar', n=64, m=16)",
+            "selector.name='maxvar' is not valid; allowed values: ",
+        ),
+        ("AdvantageConfig(stats='all')", "advantage.stats='all' is not valid; allowed values: kept, full"),
+        ("RecipeConfig(temperature=0.0)", "model.recipe.temperature=0.0 must be > 0"),
+        ("RewardConfig(name='r', weights={})", "reward.weights is empty"),
+        ("OptimConfig(lr=1e-5, weight_decay=0.1, grad_clip=-1.0)", "optim.grad_clip=-1.0 must be >= 0"),
+    ],
+)
+def test_each_group_checks_itself_in_one_line(group, match):
+    """A group's dataclass checks its own fields, without the rest of the config."""
+    from pods import config
+
+    obj = eval(group, vars(config))
+    with pytest.raises(ConfigError) as e:
+        obj.check()
+    assert match in str(e.value) and "\n" not in str(e.value)
+    defaults = type(obj)(**{k: v for k, v in vars(obj).items() if k == "name" and v != "maxvar"})
+    if type(obj).__name__ not in ("SelectorConfig", "RewardConfig", "OptimConfig"):
+        defaults.check()  # the defaults pass
+
+
+def test_validate_returns_the_typed_groups(make_cfg):
+    from pods.config import DynamicSamplingConfig, PrefilterConfig
+
+    typed = validate(make_cfg("arm=greso+dynamic_sampling+none-n16-m16"))
+    assert typed.prefilter == PrefilterConfig(name="greso")
+    assert typed.dynamic_sampling == DynamicSamplingConfig(enabled=True)
+    assert (typed.selector.name, typed.selector.n, typed.selector.m) == ("none", 16, 16)
+    assert typed.optim.lr == typed.model.recipe.lr == 6e-5  # interpolations resolved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -29,6 +30,13 @@ class FakeGenerator:
         return SimpleNamespace(texts=texts, completion_lengths=torch.tensor([len(t) for t in texts]))
 
 
+def settings(**kw) -> EvalSettings:
+    """The stage's settings as the default config gives them, with `kw` changed."""
+    from pods.config import TrainConfig
+
+    return dataclasses.replace(EvalSettings.from_config(TrainConfig()), **kw)
+
+
 def exact(texts, golds):
     ok = [float(t == g) for t, g in zip(texts, golds)]
     return RewardOutput(total=ok, correct=ok, terms={"accuracy": ok})
@@ -36,9 +44,7 @@ def exact(texts, golds):
 
 def test_greedy_accuracy_is_the_share_of_questions_answered_right():
     gen = FakeGenerator()
-    metrics, samples = evaluate(
-        gen, exact, PROMPTS, GOLDS, EvalSettings(num_samples=3, log_completions=2), DIST
-    )
+    metrics, samples = evaluate(gen, exact, PROMPTS, GOLDS, settings(num_samples=3, log_completions=2), DIST)
     assert gen.calls == [([0, 1, 2, 3], 1, 0.0)]  # greedy: one sample each, whatever num_samples says
     assert metrics["eval/accuracy"] == 0.5 and metrics["eval/samples_per_question"] == 1.0  # q0, q1 right
     assert metrics["eval/questions"] == 4.0 and metrics["eval/accuracy_std_over_samples"] == 0.0
@@ -46,7 +52,7 @@ def test_greedy_accuracy_is_the_share_of_questions_answered_right():
 
 
 def test_sampled_accuracy_averages_over_questions_and_samples():
-    es = EvalSettings(num_samples=3, temperature=0.7)
+    es = settings(num_samples=3, temperature=0.7)
     metrics, _ = evaluate(FakeGenerator(), exact, PROMPTS, GOLDS, es, DIST)
     assert metrics["eval/accuracy"] == pytest.approx(5 / 12)  # 3 + 1 + 1 + 0 of 12 samples
     per_sample = torch.tensor([2 / 4, 1 / 4, 2 / 4])  # sample j's accuracy over the 4 questions

@@ -10,7 +10,7 @@ import torch
 
 import pods.memory
 import pods.models
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.memory import GIB, STATE_SHARE, architecture_config, choose_finetune, model_size, state_bytes
 from pods.train import preflight
 
@@ -177,12 +177,13 @@ def test_the_count_equals_what_a_real_step_allocates(make_cfg, overrides):
     """The tiny model after one real forward/backward and AdamW step on the CPU: weights (float32 masters for a
     full fine-tune, the base in the compute dtype under LoRA), gradients, AdamW moments and a reference copy
     when algo.beta > 0 are exactly what state_bytes counts (no generation copy on this path)."""
+    from pods.config import settings
     from pods.update.optim import build_optimizer
 
     cfg = make_cfg("hardware=cpu", "model.dtype=float32", *overrides)
     cpu = torch.device("cpu")
     model, ref = pods.models.load_policy(cfg, cpu)
-    optimizer, _ = build_optimizer(model, cfg, cpu)
+    optimizer, _ = build_optimizer(model, settings(cfg).optim, cfg.max_steps, cpu)
     model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
     optimizer.step()
     size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)

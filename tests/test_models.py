@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.models import (
     AdapterDisabledRef,
     check_model_source,

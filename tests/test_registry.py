@@ -87,7 +87,7 @@ def test_plugins_from_the_readme_recipes_are_used_by_a_run_from_the_command_line
     }
     cmd = [
         sys.executable, "-m", "pods.train", *SMOKE, "plugins=[recipe_plugin]",
-        "selector.downsample=recipe_min_reward", "selector.prefilter=recipe_even", "rollout.backend=recipe_hf",
+        "selector.name=recipe_min_reward", "prefilter.name=recipe_even", "rollout.backend=recipe_hf",
         "+reward.weights.recipe_length=0.1", f"hydra.run.dir={tmp_path}/run",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -130,8 +130,8 @@ def test_import_submodules_imports_every_module_of_a_package(tmp_path, monkeypat
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("selector.prefilter=nope", "allowed values: greso, none"),
-        ("selector.downsample=nope", "allowed values: max_reward, max_variance, none, random"),
+        ("prefilter.name=nope", "allowed values: greso, none"),
+        ("selector.name=nope", "allowed values: max_reward, max_variance, none, random"),
     ],
 )
 def test_an_unknown_component_fails_at_config_time_listing_the_registered_ones(make_cfg, override, message):

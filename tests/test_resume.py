@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from pods import checkpoint as ckpt
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.resume import FORMAT, read_state
 from pods.tracking import read_metrics
 from pods.train import run
 from tests.conftest import SAME_RUN_KEYS, SMOKE
 
-COMMON = [*SMOKE, "selector=greso_max_variance", "selector.n=8", "selector.m=4", "eval.at_end=false"]
+COMMON = [*SMOKE, "prefilter=greso", "dynamic_sampling.enabled=true", "selector=max_variance", "selector.n=8", "selector.m=4", "eval.at_end=false"]
 COMPONENTS = {
     "scheduler",
     "sampler",

@@ -34,7 +34,7 @@ from pods.analysis.load import (  # noqa: F401 - the loaders lived here once; ol
     load_wandb_csv,
     parse_run_name,
 )
-from pods.analysis.peak import Curves, Summary, after_start, make_rule, peak, summarize_curves
+from pods.analysis.peak import Curves, Summary, after_start, make_rule, peak, pick_baseline, summarize_curves
 
 _EPS = 1e-9
 _SECONDS = ("train_time", "train/clock", "_runtime", "Relative Time (Process)", "Relative Time (Wall)")
@@ -209,6 +209,7 @@ def summarize(
     if x_min is not None and x_max is not None and x_min > x_max:
         raise CompareError(f"--x-min {x_min:g} is after --x-max {x_max:g}")
     curves = build_curves(df, x, r.time_read, grid_step, x_min, x_max, r.max_gap)
+    baseline = baseline or pick_baseline(list(curves), df.attrs.get("plain", {}))
     summary = summarize_curves(curves, r, baseline, n_boot, seed)
     summary.metric = df.attrs.get("metric", "value")
     summary.x, summary.x_label = x, x_label

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from pods.analysis.errors import CompareError
 
@@ -85,6 +86,41 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def is_plain_grpo(cfg: dict) -> bool | None:
+    """Whether a run's saved config (config.yaml) is the plain GRPO baseline: no pre-rollout filter, no
+    dynamic sampling, no down-sampling, n == m. None when the config does not say (no selector section).
+
+    Reads both layouts: today's (prefilter.name, dynamic_sampling.enabled, selector.name) and the one before
+    the stage groups (selector.downsample, selector.prefilter, selector.dynamic_sampling; runs older still
+    have only selector.name, the preset's name, which is `none` for GRPO).
+    """
+    s = cfg.get("selector") or {}
+    if not isinstance(s, dict) or "n" not in s:
+        return None
+    down = s.get("downsample", s.get("name"))
+    prefilter = (cfg.get("prefilter") or {}).get("name", s.get("prefilter", "none"))
+    dynamic = (cfg.get("dynamic_sampling") or {}).get("enabled", s.get("dynamic_sampling", False))
+    return down == "none" and prefilter == "none" and not dynamic and s.get("n") == s.get("m")
+
+
+def read_plain(run_dir: Path) -> bool | None:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = yaml.safe_load(path.read_text())
+    return is_plain_grpo(cfg) if isinstance(cfg, dict) else None
+
+
+def plain_variants(frames: list[pd.DataFrame]) -> dict[str, bool]:
+    """variant -> whether every run of it with a saved config is plain GRPO (variants with none: left out)."""
+    seen: dict[str, list[bool]] = {}
+    for f in frames:
+        plain = f.attrs.get("plain")
+        if plain is not None:
+            seen.setdefault(str(f.variant.iat[0]), []).append(plain)
+    return {v: all(p) for v, p in seen.items()}
+
+
 def read_run(run_dir: Path, metric: str, name_pattern: str) -> pd.DataFrame:
     """The evals of one pods run dir that carry `metric`."""
     info_path = run_dir / "run_info.json"
@@ -97,7 +133,9 @@ def read_run(run_dir: Path, metric: str, name_pattern: str) -> pd.DataFrame:
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get(metric) is not None]
     cols = {a: [r.get(a, np.nan) for r in recs] for a in X_AXES}
     frame = pd.DataFrame({**cols, "value": [r[metric] for r in recs]}, dtype=float)
-    return frame.assign(run=name, variant=variant, seed=seed)[_COLUMNS]
+    frame = frame.assign(run=name, variant=variant, seed=seed)[_COLUMNS]
+    frame.attrs["plain"] = read_plain(run_dir)
+    return frame
 
 
 def _finish(frames: list[pd.DataFrame], metric: str, x_labels: dict[str, str]) -> pd.DataFrame:
@@ -135,7 +173,9 @@ def load_runs(
         raise CompareError(
             f"none of the {len(run_dirs)} runs logged {metric!r}; choose --metric from: {found}"
         )
-    return _finish(dedupe_runs(frames), metric, {a: a for a in X_AXES})
+    df = _finish(dedupe_runs(frames), metric, {a: a for a in X_AXES})
+    df.attrs["plain"] = plain_variants(frames)
+    return df
 
 
 def dedupe_runs(frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
@@ -350,5 +390,6 @@ def load_inputs(
     if not any(a in df for a in X_AXES):
         raise CompareError("the inputs share no x axis (train_time, step or rollouts); compare them apart")
     labels = {k: v for f in frames for k, v in f.attrs["x_labels"].items() if k in df}
-    df.attrs = {"metric": " / ".join(sorted(metrics)), "x_labels": labels}
+    plain = {k: v for f in frames for k, v in f.attrs.get("plain", {}).items()}
+    df.attrs = {"metric": " / ".join(sorted(metrics)), "x_labels": labels, "plain": plain}
     return df

@@ -241,15 +241,22 @@ def spread(x: np.ndarray) -> dict[str, float]:
     }
 
 
-def pick_baseline(variants: list[str]) -> str:
-    """The one variant that names no down-sampling ('none...') or GRPO; refuse when
-    there is none or more than one (unless there is a single variant)."""
+def pick_baseline(variants: list[str], plain: dict[str, bool] | None = None) -> str:
+    """The one variant whose runs' saved configs are plain GRPO (`plain`: variant -> no prefilter, no
+    dynamic sampling, no down-sampling, n == m; pods.analysis.load.is_plain_grpo). Names are not read:
+    refuse, listing the variants, when none or several are plain (unless there is a single variant)."""
     if len(variants) == 1:
         return variants[0]
-    found = [v for v in variants if v.lower().startswith("none") or "grpo" in v.lower()]
+    plain = plain or {}
+    found = [v for v in variants if plain.get(v)]
     if len(found) == 1:
         return found[0]
-    why = "several could be" if found else "none is named none* or *grpo*"
+    if found:
+        why = f"several are plain GRPO (no prefilter, no dynamic sampling, no down-sampling, n == m): {', '.join(found)}"
+    elif not any(v in plain for v in variants):
+        why = "no run has a saved config.yaml to tell it by"
+    else:
+        why = "none is plain GRPO (no prefilter, no dynamic sampling, no down-sampling, n == m)"
     raise CompareError(f"which variant is the baseline? {why}; choose --baseline from: {', '.join(variants)}")
 
 
@@ -359,7 +366,7 @@ def summarize_curves(
         n_boot: bootstrap replicates (0 skips the interval and p_boot).
         seed: seeds the bootstrap and any sampled permutations.
     """
-    baseline = baseline or pick_baseline(list(curves))
+    baseline = baseline or pick_baseline(list(curves))  # no configs here: summarize() passes one in
     if baseline not in curves:
         raise CompareError(
             f"baseline {baseline!r} is not a variant; choose --baseline from: {', '.join(curves)}"

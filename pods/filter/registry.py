@@ -38,8 +38,9 @@ def register_prefilter(name: str):
     return PREFILTERS.register(name)
 
 
-def build_prefilter(name: str, cfg, seed: int) -> Prefilter:
-    return PREFILTERS.get_or_raise(name, "selector.prefilter")(cfg, seed)
+def build_prefilter(cfg, seed: int) -> Prefilter:
+    """The filter `cfg.name` (pods.config.PrefilterConfig: the name and the filter's own knobs)."""
+    return PREFILTERS.get_or_raise(cfg.name, "prefilter.name")(cfg, seed)
 
 
 @register_prefilter("none")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pods.batch import Rollouts
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.registry import Registry
 
 

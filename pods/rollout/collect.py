@@ -16,26 +16,28 @@ from pods.batch import Rollouts, Sampling
 
 @dataclass(frozen=True)
 class CollectSettings:
-    """What collection needs from the config (algo.prompts_per_step, selector.*, rollout.*)."""
+    """What collection needs from the config: algo.prompts_per_step, selector.n, rollout sampling and
+    dynamic_sampling.* (defaults: pods.config.DynamicSamplingConfig)."""
 
     prompts_per_step: int
     n: int  # rollouts per prompt
     sampling: Sampling
-    dynamic_sampling: bool = False
-    oversample: float = 1.25  # dynamic sampling: extra prompts drawn per round
-    max_rounds: int = 8  # dynamic sampling: generation rounds per step before training on a short batch
-    add_special_tokens: bool = False  # prompts without a chat template get the tokenizer's BOS etc.
+    dynamic_sampling: bool
+    oversample: float  # dynamic sampling: extra prompts drawn per round
+    max_rounds: int  # dynamic sampling: generation rounds per step before training on a short batch
+    add_special_tokens: bool  # prompts without a chat template get the tokenizer's BOS etc.
 
     @classmethod
     def from_config(cls, cfg) -> CollectSettings:
-        s, r = cfg.selector, cfg.rollout
+        """From the typed config (pods.config.settings) or the composed one."""
+        r, ds = cfg.rollout, cfg.dynamic_sampling
         return cls(
             prompts_per_step=cfg.algo.prompts_per_step,
-            n=s.n,
+            n=cfg.selector.n,
             sampling=Sampling(r.temperature, r.top_p, r.top_k),
-            dynamic_sampling=s.dynamic_sampling,
-            oversample=s.greso.oversample,
-            max_rounds=s.greso.max_rounds,
+            dynamic_sampling=ds.enabled,
+            oversample=ds.oversample,
+            max_rounds=ds.max_rounds,
             add_special_tokens=not cfg.model.use_chat_template,
         )
 

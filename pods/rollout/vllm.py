@@ -37,7 +37,7 @@ import torch
 from omegaconf import OmegaConf
 
 from pods.batch import Rollouts, Sampling
-from pods.config import ConfigError
+from pods.errors import ConfigError
 from pods.rollout.backend import Backend, register_backend
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 

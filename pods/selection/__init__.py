@@ -3,8 +3,8 @@
 A selector is a pure function `fn(rewards, m, generator) -> keep`:
     rewards: (P, n) float tensor, one row per prompt group
     keep:    (P, m) long tensor of distinct column indices into each row, ascending
-Register a new one with `@register_selector("name")`; `selector.downsample=name` then uses it. Every module
-of this package is imported here, so a new selector file under pods/selection/ registers itself.
+Register a new one with `@register_selector("name")`; `selector.name=name` then uses it. Every module of
+this package is imported here, so a new selector file under pods/selection/ registers itself.
 """
 
 from pods.registry import import_submodules

@@ -116,7 +116,7 @@ def downsample(
     Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
     non-finite or too-small batch.
     """
-    fn = SELECTORS.get_or_raise(name, "selector.downsample")
+    fn = SELECTORS.get_or_raise(name, "selector.name")
     if name != "none":
         check_rewards(rewards, m, name)
     keep = fn(rewards, m, generator)

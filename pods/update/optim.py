@@ -6,12 +6,14 @@ import torch
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 
-def build_optimizer(model, cfg, device) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    o = cfg.optim
+def build_optimizer(
+    model, o, total: int, device
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW over the trainable parameters from `o` (pods.config.OptimConfig); `total` optimizer steps (the
+    cosine schedule's length, the warm-up's base)."""
     params = [p for p in model.parameters() if p.requires_grad]
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, fused=fused)
-    total = cfg.max_steps * cfg.algo.mu  # one scheduler step per optimizer step
     warmup = int(o.warmup_ratio * total)
     if o.schedule == "cosine":
         sched = get_cosine_schedule_with_warmup(opt, warmup, total)

@@ -117,18 +117,19 @@ def micro_view(
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """What the update needs from the config (algo.*, optim.grad_clip, hardware micro-batching)."""
+    """What the update needs from the config (algo.*, optim.grad_clip, hardware micro-batching); no defaults
+    here: they are the config's (pods/config.py)."""
 
-    epsilon: float = 0.2
-    epsilon_high: float | None = None
-    beta: float = 0.0
-    mu: int = 1
-    loss_agg: str = "token"
-    grad_clip: float = 0.0  # 0 = off
-    micro_batch_size: int = 16
-    micro_batch_tokens: int = 0  # 0 = rows only
-    width_bucket: int = 0  # 0 = each micro-batch cut to its own width
-    fused_logprobs: bool = False  # head + log-prob a chunk at a time: no (B, Lc, V) logits
+    epsilon: float
+    epsilon_high: float | None
+    beta: float
+    mu: int
+    loss_agg: str
+    grad_clip: float  # 0 = off
+    micro_batch_size: int
+    micro_batch_tokens: int  # 0 = rows only
+    width_bucket: int  # 0 = each micro-batch cut to its own width
+    fused_logprobs: bool  # head + log-prob a chunk at a time: no (B, Lc, V) logits
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:

@@ -5,6 +5,8 @@
 #   bash scripts/device/headline_v2.sh confirm1   # 6 variants x seeds 11-14 (GPU k: seed 10+k of every variant)
 #   bash scripts/device/headline_v2.sh confirm2   # 6 variants x seeds 15-18
 #   bash scripts/device/headline_v2.sh grid       # GRPO 16/16, n in {32,128,256} at m=16, m in {2,4,8} at n=64; seeds 11-14
+# The confirmatory phases run this script as it is at the pinned commit 6035803 (+variant=grpo,pods,...; PLAN.md,
+# amendment 3); this copy is spelled for today's config (arm=<variant>) and computes the same runs.
 # confirm*/grid read the frozen setting (LR) from results/headline_v2/frozen.env, committed after the pilot.
 # Results: $OUT/<phase>.tgz (metrics.jsonl, run_info.json, config.yaml and log of every run), $OUT/<phase>_launch.log.
 set -o pipefail
@@ -32,21 +34,22 @@ case $PHASE in
     [ "$PHASE" = pilot2 ] && LRS=1e-5,2e-5,4e-5,8e-5 && S=20  # pilot 2: seeds 201-204
     # GPU k: GRPO seed S0+k at every lr (4 runs) + 2 PODS runs (seeds S01-S02 x 4 lrs spread over the GPUs)
     timeout 480 bash -c "$(declare -f launch); SWEEP=$SWEEP
-      launch 4 --sweep seed=${S}1,${S}2,${S}3,${S}4 --sweep optim.lr=$LRS --sweep +variant=grpo -- $COMMON &
-      launch 2 --sweep seed=${S}1,${S}2 --sweep optim.lr=$LRS --sweep +variant=pods -- $COMMON &
+      launch 4 --sweep seed=${S}1,${S}2,${S}3,${S}4 --sweep optim.lr=$LRS --sweep arm=none-n16-m16 -- $COMMON &
+      launch 2 --sweep seed=${S}1,${S}2 --sweep optim.lr=$LRS --sweep arm=max_variance-n64-m16 -- $COMMON &
       wait" 2>&1 | tee "$OUTDIR/${PHASE}_launch.log" ;;
   confirm1|confirm2|grid)
     source results/headline_v2/frozen.env || { echo "no frozen setting: commit results/headline_v2/frozen.env first"; exit 1; }
     SEEDS=11,12,13,14; [ "$PHASE" = confirm2 ] && SEEDS=15,16,17,18
     if [ "$PHASE" = grid ]; then  # 7 runs per GPU, GPU k: seed 10+k of GRPO 16/16 (the grid's baseline) and 6 n/m points
       timeout 560 bash -c "$(declare -f launch); SWEEP=$SWEEP
-        launch 7 --sweep seed=$SEEDS --case +variant=grpo --case '+variant=pods selector.n=32' \
-          --case '+variant=pods selector.n=128' --case '+variant=pods selector.n=256' \
-          --case '+variant=pods selector.m=2' --case '+variant=pods selector.m=4' --case '+variant=pods selector.m=8' \
+        launch 7 --sweep seed=$SEEDS --case arm=none-n16-m16 --case 'arm=max_variance-n64-m16 selector.n=32' \
+          --case 'arm=max_variance-n64-m16 selector.n=128' --case 'arm=max_variance-n64-m16 selector.n=256' \
+          --case 'arm=max_variance-n64-m16 selector.m=2' --case 'arm=max_variance-n64-m16 selector.m=4' \
+          --case 'arm=max_variance-n64-m16 selector.m=8' \
           -- $COMMON optim.lr=$LR" 2>&1 | tee "$OUTDIR/${PHASE}_launch.log"
     else
       timeout 560 bash -c "$(declare -f launch); SWEEP=$SWEEP
-        launch 6 --sweep seed=$SEEDS --sweep +variant=grpo,pods,pods_random,pods_max_reward,grpo_all64,greso_pods -- $COMMON optim.lr=$LR" \
+        launch 6 --sweep seed=$SEEDS --sweep arm=none-n16-m16,max_variance-n64-m16,random-n64-m16,max_reward-n64-m16,none-n64-m64,greso+dynamic_sampling+max_variance-n64-m16 -- $COMMON optim.lr=$LR" \
         2>&1 | tee "$OUTDIR/${PHASE}_launch.log"
     fi ;;
   *) echo "unknown phase $PHASE"; exit 2 ;;

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from pods.compare import main
+from tests.analysis import saved_config
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 on the t=100 checkpoint
@@ -19,6 +20,7 @@ FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 on t=50, 0.8 on t=75
 def write_run(d: Path, variant: str, seed: int, accs: list[float], lag: float = 0.0) -> None:
     """A pods run dir; evals land `lag` seconds after each 25 s checkpoint."""
     d.mkdir(parents=True)
+    (d / "config.yaml").write_text(saved_config(variant))
     meta = dict(name=f"{variant}-s{seed}", variant=variant, seed=seed, group="cli")
     (d / "run_info.json").write_text(json.dumps(meta))
     with (d / "metrics.jsonl").open("w") as f:
@@ -126,7 +128,18 @@ def test_cli_wandb_csv(tmp_path):
     csv = tmp_path / "export.csv"
     csv.write_text("\n".join(",".join(map(str, r)) for r in [cols, *rows]) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "pods.compare", str(csv), "--n-boot", "100", "--rule", "strict"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pods.compare",
+        str(csv),
+        "--n-boot",
+        "100",
+        "--rule",
+        "strict",
+        "--baseline",
+        "GRPO",
+    ]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     (out,) = tmp_path.glob("compare-*")
@@ -254,8 +267,8 @@ def test_cli_refusal_has_no_traceback(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip() == (
-        "python -m pods.compare: error: which variant is the baseline? none is named none* or *grpo*; "
-        "choose --baseline from: a, b"
+        "python -m pods.compare: error: which variant is the baseline? no run has a saved config.yaml to tell "
+        "it by; choose --baseline from: a, b"
     )
     assert (
         "--grid-step"
@@ -271,7 +284,7 @@ def test_cli_refusal_has_no_traceback(tmp_path):
 
 def test_cli_one_seed_warning_and_variant_runs(tmp_path, capsys):
     csv = write_csv(tmp_path / "x.csv", EXPORT.replace("a-s1", "grpo-s1").replace("b-s1", "pods_seed3"))
-    assert main([str(csv), "--out", str(tmp_path / "o"), "--n-boot", "0"]) == 0
+    assert main([str(csv), "--out", str(tmp_path / "o"), "--n-boot", "0", "--baseline", "grpo"]) == 0
     out = capsys.readouterr().out
     assert "- runs (variant <- runs):\n  - grpo <- grpo-s1 (1 seed)\n  - pods <- pods_seed3 (1 seed)" in out
     assert "- warning: variant 'grpo' has one seed (run 'grpo-s1')" in out
@@ -284,3 +297,77 @@ def test_help_states_the_grid_step_unit(capsys):
     assert main(["--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--grid-step GRID_STEP checkpoint spacing, in the unit of the x column: seconds" in text
+
+
+NEW_LAYOUT = """selector: {{name: {sel}, n: {n}, m: {m}}}
+prefilter: {{name: {pre}}}
+dynamic_sampling: {{enabled: {ds}}}
+"""
+OLD_LAYOUT = """selector: {{name: {name}, n: {n}, m: {m}, downsample: {sel}, prefilter: {pre}, dynamic_sampling: {ds}}}
+"""
+
+
+def write_configured_sweep(root: Path, configs: dict[str, str]) -> Path:
+    """Runs whose baseline only their config.yaml can tell (the names say nothing)."""
+    for k, (variant, text) in enumerate(configs.items()):
+        for s in (1, 2):
+            d = root / f"{variant}-{s}"
+            write_run(d, variant, s, BASE if k == 0 else FAST)
+            (d / "config.yaml").write_text(text)
+    return root
+
+
+def test_cli_finds_the_baseline_in_the_saved_configs(tmp_path, capsys):
+    configs = {  # listed first, the slower one: the baseline
+        "arm_a": NEW_LAYOUT.format(sel="none", n=16, m=16, pre="none", ds="false"),
+        "arm_b": NEW_LAYOUT.format(sel="max_variance", n=64, m=16, pre="none", ds="false"),
+        "arm_c": NEW_LAYOUT.format(sel="none", n=16, m=16, pre="greso", ds="true"),
+    }
+    sweep = write_configured_sweep(tmp_path / "new", configs)
+    assert main([str(sweep), "--out", str(tmp_path / "o"), "--n-boot", "0"]) == 0
+    table = pd.read_csv(tmp_path / "o" / "summary.csv")
+    assert table.baseline.iat[0] == "arm_a" and table.variant.iat[0] == "arm_a"
+
+
+def test_cli_reads_the_old_layout_and_refuses_two_baselines(tmp_path, capsys):
+    """Runs saved before the stage groups (selector.downsample / prefilter / dynamic_sampling): GRPO 16/16
+    and GRPO 64/64 are both plain GRPO, so compare refuses and lists the variants; --baseline decides."""
+    configs = {
+        "none-n16-m16": OLD_LAYOUT.format(name="none", sel="none", n=16, m=16, pre="none", ds="false"),
+        "max_variance-n64-m16": OLD_LAYOUT.format(
+            name="max_variance", sel="max_variance", n=64, m=16, pre="none", ds="false"
+        ),
+        "none-n64-m64": OLD_LAYOUT.format(name="none", sel="none", n=64, m=64, pre="none", ds="false"),
+        "greso-n16-m16": OLD_LAYOUT.format(name="greso", sel="none", n=16, m=16, pre="greso", ds="true"),
+    }
+    sweep = write_configured_sweep(tmp_path / "old", configs)
+    assert main([str(sweep), "--out", str(tmp_path / "o"), "--n-boot", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "several are plain GRPO (no prefilter, no dynamic sampling, no down-sampling, n == m): " in err
+    assert "none-n16-m16, none-n64-m64; choose --baseline from: " in err
+    assert (
+        main([str(sweep), "--out", str(tmp_path / "o"), "--n-boot", "0", "--baseline", "none-n16-m16"]) == 0
+    )
+    assert pd.read_csv(tmp_path / "o" / "summary.csv").baseline.iat[0] == "none-n16-m16"
+
+
+def test_committed_old_runs_are_told_by_their_configs():
+    """results/ holds runs saved by the old layouts; their configs still say which is plain GRPO."""
+    import yaml
+
+    from pods.analysis.load import is_plain_grpo
+
+    runs = REPO / "results"
+    expect = {"none-n16-m16": True, "max_variance-n64-m16": False, "random-n64-m16": False,
+              "max_reward-n64-m16": False, "dynamic_sampling-n16-m16": False, "greso-n16-m16": False,
+              "greso_max_variance-n64-m16": False}  # fmt: skip
+    seen = set()
+    for path in [
+        *runs.glob("cpu_rule_ablation/runs/*/config.yaml"),
+        *runs.glob("cpu_greso/runs/*/config.yaml"),
+    ]:
+        variant = path.parent.name.rsplit("-s", 1)[0]
+        assert is_plain_grpo(yaml.safe_load(path.read_text())) is expect[variant], path
+        seen.add(variant)
+    assert seen == set(expect)

@@ -20,6 +20,7 @@ from pods.analysis.curves import (
     summarize,
 )
 from pods.analysis.load import load_file
+from tests.analysis import saved_config
 
 BASE = [0.2, 0.4, 0.6, 0.7, 0.8, 0.78]  # peak 0.8 at t=100
 FAST = [0.2, 0.5, 0.792, 0.8, 0.79, 0.79]  # 0.99 * 0.8 at t=50, 0.8 at t=75
@@ -30,6 +31,7 @@ def write_run(
 ) -> Path:
     """A pods run dir: train and eval lines interleaved, evals every `dt` seconds."""
     d.mkdir(parents=True)
+    (d / "config.yaml").write_text(saved_config(variant))
     if info:
         meta = dict(name=f"{variant}-s{seed}", variant=variant, seed=seed, group="test")
         (d / "run_info.json").write_text(json.dumps(meta))
@@ -221,7 +223,9 @@ def test_load_wandb_csv(tmp_path):
     s2 = df[df.run == "grpo-s2"]
     assert s2.train_time.tolist() == [0, 60, 100] and s2.value.tolist() == [0.2, 0.6, 0.8]
     assert sorted(df.variant.unique()) == ["grpo", "pods-n64"]
-    summary = summarize(df, n_boot=0)
+    with pytest.raises(CompareError, match="no run has a saved config.yaml"):  # a CSV names no stages
+        summarize(df, n_boot=0)
+    summary = summarize(df, n_boot=0, baseline="grpo")
     # grid = union {0, 50, 60, 100}; grpo-s2 reads its nearest eval at t=50 (t=60, 0.6):
     # the mean curve (0.6 at t=50) never reaches 0.792 before t=100, pods reaches it at t=50
     assert (summary.rows[0]["time"], summary.rows[1]["time"]) == (100.0, 50.0)

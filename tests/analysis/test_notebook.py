@@ -7,6 +7,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from tests.analysis import saved_config
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "compare_sweep.ipynb"
 
@@ -15,6 +17,7 @@ def write_run(d: Path, variant: str, seed: int, accs: list[float]) -> None:
     d.mkdir(parents=True)
     meta = dict(name=f"{variant}-s{seed}", variant=variant, seed=seed, group="nb")
     (d / "run_info.json").write_text(json.dumps(meta))
+    (d / "config.yaml").write_text(saved_config(variant))
     lines = [
         {
             "kind": "eval",

@@ -74,7 +74,10 @@ def write_export(path: Path) -> Path:
 
 def run_cli(tmp_path: Path, *args: str) -> pd.DataFrame:
     out = tmp_path / "out"
-    assert main([str(write_export(tmp_path / "export.csv")), "--out", str(out), "--n-boot", "0", *args]) == 0
+    export = str(write_export(tmp_path / "export.csv"))
+    assert (
+        main([export, "--out", str(out), "--n-boot", "0", "--baseline", "GRPO-p8-n32-m32-ga16", *args]) == 0
+    )
     return pd.read_csv(out / "summary.csv")
 
 

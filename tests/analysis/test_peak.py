@@ -149,19 +149,26 @@ def test_spread_and_single_seed():
     assert np.isnan(spread(np.array([0.7]))["std"])
 
 
-def test_pick_baseline():
-    assert pick_baseline(["max_variance-n64-m16", "none-n16-m16"]) == "none-n16-m16"
-    assert pick_baseline(["pods", "GRPO-n16"]) == "GRPO-n16"
+def test_pick_baseline_from_the_saved_configs_not_the_names():
+    plain = {"max_variance-n64-m16": False, "none-n16-m16": True}
+    assert pick_baseline(["max_variance-n64-m16", "none-n16-m16"], plain) == "none-n16-m16"
+    assert pick_baseline(["pods", "b"], {"pods": False, "b": True}) == "b"  # the name says nothing
     assert pick_baseline(["only"]) == "only"
-    with pytest.raises(CompareError, match="none is named.*choose --baseline from: b, a"):
-        pick_baseline(["b", "a"])
-    with pytest.raises(CompareError, match="several could be.*grpo, none-n16"):
-        pick_baseline(["grpo", "none-n16", "pods"])
+    with pytest.raises(
+        CompareError, match="no run has a saved config.yaml.*choose --baseline from: grpo, pods"
+    ):
+        pick_baseline(["grpo", "pods"])  # names are not guessed
+    with pytest.raises(CompareError, match="none is plain GRPO.*choose --baseline from: b, a"):
+        pick_baseline(["b", "a"], {"a": False, "b": False})
+    with pytest.raises(
+        CompareError, match="several are plain GRPO .*: a, c; choose --baseline from: a, b, c"
+    ):
+        pick_baseline(["a", "b", "c"], {"a": True, "b": False, "c": True})
 
 
 def test_summarize_paper_strict_and_interpolate():
     c = {"grpo": curves(BASE, BASE), "pods": curves(FAST, FAST)}
-    paper = summarize_curves(c, make_rule("paper"), n_boot=200)
+    paper = summarize_curves(c, make_rule("paper"), "grpo", n_boot=200)
     base, pods = paper.rows
     assert (paper.baseline, paper.threshold) == ("grpo", pytest.approx(0.792))
     assert (base["time"], pods["time"], pods["speedup"]) == (100.0, 50.0, 2.0)
@@ -169,11 +176,11 @@ def test_summarize_paper_strict_and_interpolate():
     assert pods["p_perm"] == pytest.approx(1 / 6)
     assert pods["curve_peak"] == 0.8 and pods["curve_peak_x"] == 75.0
     assert pods["curve_final"] == 0.79 and pods["seeds_reached"] == 2
-    strict = summarize_curves(c, make_rule("strict"), n_boot=0)
+    strict = summarize_curves(c, make_rule("strict"), "grpo", n_boot=0)
     assert strict.rows[1]["time"] == 75.0
     assert strict.rows[1]["speedup"] == pytest.approx(100 / 75)
     assert np.isnan(strict.rows[1]["speedup_lo"])  # no bootstrap asked
-    interp = summarize_curves(c, make_rule("paper", time_read="interpolate"), n_boot=0)
+    interp = summarize_curves(c, make_rule("paper", time_read="interpolate"), "grpo", n_boot=0)
     # baseline crosses 0.792 between (75, 0.7) and (100, 0.8): 75 + 0.92 * 25 = 98
     assert interp.rows[0]["time"] == pytest.approx(98.0)
     assert interp.rows[1]["speedup"] == pytest.approx(98.0 / 50.0)
@@ -181,7 +188,7 @@ def test_summarize_paper_strict_and_interpolate():
 
 def test_summarize_variant_that_never_reaches():
     c = {"none": curves(BASE), "max_reward": curves(NEVER, NEVER)}
-    s = summarize_curves(c, make_rule("paper"), n_boot=100)
+    s = summarize_curves(c, make_rule("paper"), "none", n_boot=100)
     row = s.rows[1]
     assert row["time"] == np.inf and row["speedup"] == 0.0 and row["seeds_reached"] == 0
     assert (row["speedup_lo"], row["speedup_hi"], row["p_boot"]) == (0.0, 0.0, 1.0)
@@ -194,12 +201,12 @@ def test_bootstrap_distribution_matches_hand_count():
     # their mean at 100: a resample is 2.0x only when it draws A twice (p = 1/4).
     grid = np.array([0.0, 50, 100])
     c = {"grpo": curves([0, 0.5, 1.0], grid=grid), "pods": curves([0, 1, 1], [0, 0.5, 1], grid=grid)}
-    s = summarize_curves(c, make_rule("paper"), n_boot=4000, seed=3)
+    s = summarize_curves(c, make_rule("paper"), "grpo", n_boot=4000, seed=3)
     row = s.rows[1]
     assert row["speedup"] == 1.0
     assert row["p_boot"] == pytest.approx(0.75, abs=0.03)
     assert (row["speedup_lo"], row["speedup_hi"]) == (1.0, 2.0)
-    again = summarize_curves(c, make_rule("paper"), n_boot=4000, seed=3)
+    again = summarize_curves(c, make_rule("paper"), "grpo", n_boot=4000, seed=3)
     assert again.rows[1]["p_boot"] == row["p_boot"]  # seeded
 
 

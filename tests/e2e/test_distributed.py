@@ -46,7 +46,7 @@ def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
         "pods.train",
         *SMOKE,
         "algo.prompts_per_step=4",
-        "selector=greso_max_variance",
+        "arm=greso+dynamic_sampling+max_variance-n64-m16",
         "selector.n=8",
         "selector.m=4",
         "checkpoint.every_steps=2",

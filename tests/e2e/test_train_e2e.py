@@ -48,7 +48,13 @@ def test_smoke_run_writes_metrics_and_changes_parameters(make_cfg, tmp_path):
 
 @pytest.mark.parametrize("compiled", ["false", "true"])  # true: the generation copy must follow the resume
 def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_path, compiled):
-    common = [*SMOKE, "max_steps=4", "selector=greso_max_variance", "selector.n=8", "selector.m=4"]
+    common = [
+        *SMOKE,
+        "max_steps=4",
+        "arm=greso+dynamic_sampling+max_variance-n64-m16",
+        "selector.n=8",
+        "selector.m=4",
+    ]
     common.append(f"rollout.compile={compiled}")
     full = make_cfg(*common, run_dir=tmp_path / "full")
     run(full)
@@ -74,14 +80,14 @@ def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_
 
 
 def test_readme_smoke_command_runs(tmp_path):
-    """README's `python -m pods.train +debug=smoke` (the `+` form used to stop with "Multiple values for debug")."""
+    """README's `python -m pods.train debug=smoke`."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "pods.train", "+debug=smoke", "hardware=cpu", f"hydra.run.dir={tmp_path}/r"],
+        [sys.executable, "-m", "pods.train", "debug=smoke", "hardware=cpu", f"hydra.run.dir={tmp_path}/r"],
         cwd=root,
         capture_output=True,
         text=True,

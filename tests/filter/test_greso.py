@@ -2,13 +2,13 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from pods.config import GresoConfig
+from pods.config import PrefilterConfig
 from pods.filter import GresoFilter, NoFilter
 from pods.filter.greso import EASY, HARD, MIXED, group_outcome, keep_probability, zero_var_streak
 
 
 def cfg(**kw):
-    return OmegaConf.merge(OmegaConf.structured(GresoConfig), kw)
+    return OmegaConf.merge(OmegaConf.structured(PrefilterConfig), kw)
 
 
 def test_outcomes_and_streaks():

@@ -30,7 +30,7 @@ def _cmd(run_dir: Path, *extra: str) -> list[str]:
         "max_steps=6",
         "checkpoint.every_steps=1",
         "eval.every_steps=2",
-        "selector=greso_max_variance",
+        "arm=greso+dynamic_sampling+max_variance-n64-m16",
         "selector.n=8",
         "selector.m=4",
         f"hydra.run.dir={run_dir}",

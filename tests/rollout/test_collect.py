@@ -48,7 +48,10 @@ def reward(texts, golds):
 
 
 def collector(dynamic: bool, prefilter=None, want: int = 4, order=None):
-    s = CollectSettings(want, 4, Sampling(0.7, 0.9, 5), dynamic_sampling=dynamic, max_rounds=6)
+    s = CollectSettings(
+        want, 4, Sampling(0.7, 0.9, 5), dynamic_sampling=dynamic, oversample=1.25, max_rounds=6,
+        add_special_tokens=False,
+    )  # fmt: skip
     sampler = PromptSampler(len(PROMPTS), seed=0)
     if order is not None:  # a fixed draw order
         draws = iter(order)

@@ -1,0 +1,46 @@
+"""The config error and the one-line checks every settings class uses (no imports of pods: any module may use it).
+
+Each message names the key, the bad value and what is allowed: `selector.m=80 must be between 1 and ...`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key and the allowed values."""
+
+
+def choice(key: str, value: Any, allowed) -> None:
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not valid; allowed values: {', '.join(map(str, allowed))}")
+
+
+def number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} must be a finite number")
+    return value
+
+
+def positive(key: str, value: float, allow_zero: bool = False, note: str = "") -> None:
+    ok = math.isfinite(number(key, value)) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'} and finite{note}")
+
+
+def at_least(key: str, value: int, low: int, note: str = "") -> None:
+    if number(key, value) < low:
+        raise ConfigError(f"{key}={value!r} must be >= {low}{note}")
+
+
+def interval(key: str, value: float, lo: float, hi: float, closed: str = "[]", note: str = "") -> None:
+    """value in the interval; `closed` says which ends are included: "[]", "[)", "(]" or "()"."""
+    number(key, value)
+    ok = (value >= lo if closed[0] == "[" else value > lo) and (
+        value <= hi if closed[1] == "]" else value < hi
+    )
+    if not ok:
+        raise ConfigError(f"{key}={value!r} must be in {closed[0]}{lo:g}, {hi:g}{closed[1]}{note}")
