@@ -19,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pods.config import ConfigError, register_schema, validate
+from pods.spelling import retired_hint
 
 log = logging.getLogger("pods")
 register_schema()
@@ -186,7 +187,7 @@ def plus_hint(args: list[str]) -> str | None:
 
 
 def main() -> None:
-    hint = plus_hint(sys.argv[1:])
+    hint = retired_hint(sys.argv[1:]) or plus_hint(sys.argv[1:])
     if hint:  # before Hydra starts (and its logging): one line on stderr, exit 2
         print(f"pods: error: {hint}", file=sys.stderr)
         sys.exit(2)

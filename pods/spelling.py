@@ -1,0 +1,49 @@
+"""Spellings that issue 20's config-by-stage layout retired, each refused with a one-line hint naming the new
+one (never silently accepted: one word per stage, no aliases). Checked on the command line before Hydra runs,
+so a command copied from an old note fails at once and says what to write instead."""
+
+from __future__ import annotations
+
+# old key (or key prefix, ending in '.') -> what to write now
+RETIRED_KEYS = {
+    "selector.downsample": "selector.name (or selector=NAME)",
+    "selector.prefilter": "prefilter.name (or prefilter=NAME)",
+    "selector.dynamic_sampling": "dynamic_sampling.enabled",
+    "selector.adv_stats": "advantage.stats",
+    "algo.scale_adv_by_std": "advantage.scale_by_std",
+    "selector.greso.oversample": "dynamic_sampling.oversample",
+    "selector.greso.max_rounds": "dynamic_sampling.max_rounds",
+    "selector.greso.": "prefilter.<knob> (p_init, p_step, p_min, p_max, min_keep, target_zero_var, easy_share)",
+}
+
+# retired group options -> the stage groups (or arm) that run the same thing
+RETIRED_OPTIONS = {
+    "selector=greso": "prefilter=greso dynamic_sampling.enabled=true selector=none",
+    "selector=greso_max_variance": "prefilter=greso dynamic_sampling.enabled=true selector=max_variance",
+    "selector=dynamic_sampling": "dynamic_sampling.enabled=true selector=none",
+    "variant=grpo": "selector=none (or arm=none-n16-m16)",
+    "variant=pods": "selector=max_variance (or arm=max_variance-n64-m16)",
+    "variant=pods_random": "arm=random-n64-m16",
+    "variant=pods_max_reward": "arm=max_reward-n64-m16",
+    "variant=grpo_all64": "arm=none-n64-m64",
+    "variant=greso": "arm=greso+dynamic_sampling+none-n16-m16",
+    "variant=greso_pods": "arm=greso+dynamic_sampling+max_variance-n64-m16",
+    "variant=dynamic_sampling": "arm=dynamic_sampling+none-n16-m16",
+}
+
+
+def retired_hint(args: list[str]) -> str | None:
+    """One line for the first command-line argument in a retired spelling, else None."""
+    for a in args:
+        arg = a.lstrip("+~")
+        key, _, value = arg.partition("=")
+        for old, new in RETIRED_OPTIONS.items():
+            group, opt = old.split("=")
+            if key == group and opt in value.split(","):
+                return f"{a}: retired by the config-by-stage layout; write {new}"
+        if key == "variant":
+            return f"{a}: the variant group is retired; arms are named by their run names: arm=<name> (conf/arm/)"
+        for old, new in RETIRED_KEYS.items():
+            if key == old or (old.endswith(".") and key.startswith(old)):
+                return f"{a}: {old.rstrip('.')} is retired by the config-by-stage layout; write {new}"
+    return None

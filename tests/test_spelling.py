@@ -1,0 +1,65 @@
+"""Retired spellings are refused with a hint that names a spelling which works today."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from pods.config import TrainConfig
+from pods.spelling import RETIRED_KEYS, RETIRED_OPTIONS, retired_hint
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def has_key(dotted: str) -> bool:
+    node = OmegaConf.structured(TrainConfig)
+    for part in dotted.split("."):
+        if not OmegaConf.is_dict(node) or part not in node.keys():
+            return False
+        node = node._get_node(part)
+    return True
+
+
+@pytest.mark.parametrize("old", sorted(RETIRED_OPTIONS))
+def test_every_hinted_option_exists_today(old):
+    for key, option in re.findall(r"([\w.]+)=([\w+.-]+)", RETIRED_OPTIONS[old]):
+        if "." not in key and (CONF / key).is_dir():
+            assert (CONF / key / f"{option}.yaml").is_file(), f"{old} hints {key}={option}, which is missing"
+        else:  # a field: it must be in the schema
+            assert has_key(key), f"{old} hints {key}, which is not a config key"
+
+
+def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
+    for old, new in RETIRED_KEYS.items():
+        assert not has_key(old.rstrip(".")), old
+        first = new.split(" ")[0]
+        assert has_key(first.split(".<")[0]), f"{old} hints {first}, which is not a config key"
+
+
+@pytest.mark.parametrize(
+    "arg, expect",
+    [
+        ("selector=greso", "prefilter=greso dynamic_sampling.enabled=true selector=none"),
+        ("+variant=pods", "selector=max_variance"),
+        ("variant=grpo_mgpu", "arm=<name>"),
+        ("selector.greso.p_init=0.3", "prefilter.<knob>"),
+        ("selector.greso.max_rounds=4", "dynamic_sampling.max_rounds"),
+        ("algo.scale_adv_by_std=false", "advantage.scale_by_std"),
+    ],
+)
+def test_hint_names_the_new_spelling(arg, expect):
+    assert expect in retired_hint(["seed=1", arg])
+
+
+def test_current_spellings_pass():
+    assert retired_hint(["selector=max_variance", "prefilter=greso", "dynamic_sampling.enabled=true", "seed=3"]) is None
+
+
+def test_the_cli_refuses_in_one_line_before_hydra():
+    r = subprocess.run([sys.executable, "-m", "pods.train", "selector=greso_max_variance"],
+                       capture_output=True, text=True, cwd=CONF.parent, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "prefilter=greso" in r.stderr
