@@ -71,6 +71,11 @@ def summarize(run: dict, peak_flops: float) -> dict:
         "per_step_s": {
             k: [round(r[f"timing/{k}"], 3) for r in recs] for k in ("step", "generation", "update")
         },
+        # the update's micro-batch shapes per step (a step over 2x the median: first-time shape or not)
+        "per_step_update_shapes": {
+            k: [r.get(f"update/{k}") for r in recs]
+            for k in ("micro_batches", "width_max", "masked_micro_batches", "new_shapes")
+        },
         "trainable_params": run["trainable_params"],
         "frozen_params": run["frozen_params"],
     }

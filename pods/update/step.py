@@ -23,7 +23,13 @@ def _plain_head(model) -> torch.nn.Linear | None:
 
 
 def completion_logprobs(
-    model, input_ids, attention_mask, prompt_len: int, temperature: float = 1.0, fused: bool = False
+    model,
+    input_ids,
+    attention_mask,
+    prompt_len: int,
+    temperature: float = 1.0,
+    fused: bool = False,
+    prompt_lens: torch.Tensor | None = None,  # (B,) on the host, from causal_layout
 ) -> torch.Tensor:
     """(B, Lp + Lc) sequences -> (B, Lc) log-probs of each completion token under `model`.
 
@@ -31,10 +37,27 @@ def completion_logprobs(
     Only the last Lc + 1 positions get logits (`logits_to_keep`): the vocabulary projection of the
     prompt is never materialised. `fused`: not even those; the final hidden states go through the head
     a chunk of positions at a time (pods/update/logprobs.py: linear_token_logprobs).
+
+    `attention_mask=None`: the rows are in the layout `causal_layout` makes (real tokens first, padding
+    only after them), so causal attention alone is exact for every real token and no padding mask reaches
+    the attention (SDPA keeps its flash kernel and grouped KV heads). Row i's completion then starts at
+    column `prompt_lens[i]` (None: at `prompt_len` in every row) and runs `Lc` columns (its padding past the real
+    tokens is scored too and masked out by the loss).
     """
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding: positions start at 0
     lc = input_ids.shape[1] - prompt_len
+    if attention_mask is None:
+        b, w = input_ids.shape
+        position_ids = torch.arange(w, device=input_ids.device).expand(b, w)
+    else:
+        position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding: positions start at 0
     head = _plain_head(model) if fused else None
+    if prompt_lens is not None:  # per-row completion starts: position p_i - 1 + j predicts token j
+        starts = prompt_lens.to(input_ids.device)[:, None] - 1
+        cols = starts + torch.arange(lc, device=input_ids.device)  # (B, Lc) in [0, W - 2]
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]
+        targets = input_ids[rows, cols + 1]
+    else:
+        targets = input_ids[:, prompt_len:]
     if head is not None:
         out = model(
             input_ids=input_ids,
@@ -44,17 +67,24 @@ def completion_logprobs(
             output_hidden_states=True,
             use_cache=False,
         )
-        hidden = out.hidden_states[-1][:, prompt_len - 1 : -1]  # (B, Lc, H), after the final norm
-        return linear_token_logprobs(hidden, head.weight, input_ids[:, prompt_len:], temperature)
+        h = out.hidden_states[-1]  # (B, W, H), after the final norm
+        hidden = h[rows, cols] if prompt_lens is not None else h[:, prompt_len - 1 : -1]  # (B, Lc, H)
+        return linear_token_logprobs(hidden, head.weight, targets, temperature)
+    keep = lc + 1 if prompt_lens is None else input_ids.shape[1] - int(prompt_lens.min()) + 1
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        logits_to_keep=lc + 1,
+        logits_to_keep=keep,
         use_cache=False,
     )
-    # (B, Lc, V): position t predicts token t+1; float32 maths chunk by chunk (pods/update/logprobs.py)
-    return token_logprobs(out.logits[:, :-1], input_ids[:, prompt_len:], temperature)
+    if prompt_lens is None:
+        # (B, Lc, V): position t predicts token t+1; float32 maths chunk by chunk (pods/update/logprobs.py)
+        return token_logprobs(out.logits[:, :-1], targets, temperature)
+    # per-row starts: log-probs of every kept position (float32, (B, keep - 1)), then each row's Lc of them
+    first = input_ids.shape[1] - keep  # column of the first kept position
+    lp = token_logprobs(out.logits[:, :-1], input_ids[:, first + 1 :], temperature)
+    return lp.gather(1, cols - first)
 
 
 def row_lengths(batch: Rollouts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,17 +132,70 @@ def bucket_up(width: int, bucket: int, cap: int) -> int:
     return min(-(-width // bucket) * bucket, cap) if bucket > 0 else width
 
 
+# The update hands the model no padding mask when it need not (causal_layout). False: the mask path of before,
+# kept for benchmarks and tests that compare the two.
+CAUSAL_LAYOUT = True
+
+
+def causal_layout(
+    ids: torch.Tensor, am: torch.Tensor, pw: int
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Host tensors (B, W) of the usual layout [left-padded prompt | right-padded completion] -> the same
+    rows shifted left past their left padding (which wraps round to the end): (ids, prompt_lens), where
+    prompt_lens (B,) is each row's real prompt length, or None when no row had left padding (nothing moved).
+
+    Every real token then sits at its own position (0, 1, ...) with only padding after it, so causal
+    attention alone gives each real token exactly the attention of the masked original: the model needs no
+    padding mask. With a mask transformers' SDPA path expands the grouped KV heads and leaves the flash
+    kernel for a masked one; without one it keeps both. None when some row's real tokens are not one run
+    that starts in the prompt block (the caller keeps the mask then).
+
+    >>> ids = torch.tensor([[0, 5, 6, 7, 0], [4, 5, 6, 7, 8]]); am = (ids > 0).long()
+    >>> out, plens = causal_layout(ids, am, 2)
+    >>> out.tolist(), plens.tolist()
+    ([[5, 6, 7, 0, 0], [4, 5, 6, 7, 8]], [1, 2])
+    """
+    w = am.shape[1]
+    n = am.sum(1)
+    lead = am.argmax(1)  # first real column
+    if bool((lead >= pw).any()) or bool((n == 0).any()):  # a row with no prompt token
+        return None
+    if not bool(lead.any()):
+        idx, out = None, ids
+    else:
+        idx = (torch.arange(w)[None] + lead[:, None]) % w
+        am = am.gather(1, idx)
+    if not torch.equal(am.bool(), torch.arange(w)[None] < n[:, None]):  # a hole in some row's real tokens
+        return None
+    if idx is None:
+        return out, None
+    return ids.gather(1, idx), pw - lead
+
+
 def micro_view(
-    batch: Rollouts, mb: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor], device, bucket: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width).
-    `lengths`: the batch's row_lengths, computed once per update. `bucket` > 0 rounds both widths up to
-    a multiple of it (more padding, fewer distinct shapes: each is allocated and tuned once)."""
+    batch: Rollouts,
+    mb: torch.Tensor,
+    lengths: tuple[torch.Tensor, torch.Tensor],
+    device,
+    bucket: int = 0,
+    causal: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, int, int, torch.Tensor | None]:
+    """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width, per-row
+    prompt lengths). `lengths`: the batch's row_lengths, computed once per update. `bucket` > 0 rounds both
+    widths up to a multiple of it (more padding, fewer distinct shapes: each is allocated and tuned once).
+
+    `causal` (None: CAUSAL_LAYOUT): the rows in causal_layout and no mask (None) wherever that is exact; the
+    prompt lengths are None when no row moved (every completion starts at the prompt width), else (B,) on
+    the host. Otherwise, and where causal_layout declines, the mask of the usual layout and None."""
     p_len, c_len = lengths
     pw = bucket_up(int(p_len[mb].max()), bucket, batch.prompt_len)
     cw = bucket_up(int(c_len[mb].max()), bucket, batch.completion_mask.shape[1])
     cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
-    return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw
+    ids, am = batch.input_ids[mb, cols], batch.attention_mask[mb, cols]
+    laid = causal_layout(ids, am, pw) if (CAUSAL_LAYOUT if causal is None else causal) else None
+    if laid is not None:
+        return laid[0].to(device), None, pw, cw, laid[1]
+    return ids.to(device), am.to(device), pw, cw, None
 
 
 @dataclass(frozen=True)
@@ -164,8 +247,9 @@ def batch_logprobs(
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
     lengths = row_lengths(batch) if mbs else None
     for mb in mbs:
-        ids, am, pw, cw = micro_view(batch, mb, lengths, device, bucket)
-        out[mb, :cw] = completion_logprobs(model, ids, am, pw, batch.sampling.temperature, fused).cpu()
+        ids, am, pw, cw, plens = micro_view(batch, mb, lengths, device, bucket)
+        t = batch.sampling.temperature
+        out[mb, :cw] = completion_logprobs(model, ids, am, pw, t, fused, plens).cpu()
     for _ in range(passes - len(mbs)):
         dist.empty_forward(model, device)
     return out
@@ -228,6 +312,7 @@ def policy_update(
     step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
+    tot.update(width_max=0, masked=0.0, new_shapes=0.0)  # this rank's micro-batch shapes (not summed)
     for _ in range(us.mu):
         optimizer.zero_grad(set_to_none=True)
         for i in range(passes):
@@ -255,15 +340,31 @@ def policy_update(
             "update/kl": dist.sum(tot["kl_sum"]) / live_tokens,
             "update/nonfinite_grad_steps": tot["nonfinite"],
             "update/lr": scheduler.get_last_lr()[0],
+            # this rank's micro-batches, per optimizer step: how many, the widest (prompt + completion
+            # columns), how many passed a padding mask, how many had a shape not trained on before
+            "update/micro_batches": float(len(micro)),
+            "update/width_max": float(tot["width_max"]),
+            "update/masked_micro_batches": tot["masked"] / us.mu,
+            "update/new_shapes": tot["new_shapes"],
         }
     )
     return stats
 
 
+# (rows, width, masked) of every micro-batch this process has trained on: update/new_shapes counts first
+# sightings, the steps where a first-time allocation or kernel choice can cost time (issue 18, target 5)
+_SEEN_SHAPES: set[tuple[int, int, bool]] = set()
+
+
 def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
     b = step.batch
-    ids, am, pw, cw = micro_view(b, mb, step.lengths, device, us.width_bucket)
-    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs)
+    ids, am, pw, cw, plens = micro_view(b, mb, step.lengths, device, us.width_bucket)
+    shape = (len(mb), pw + cw, am is not None)
+    tot["width_max"] = max(tot["width_max"], pw + cw)
+    tot["masked"] += float(am is not None)
+    tot["new_shapes"] += float(shape not in _SEEN_SHAPES)
+    _SEEN_SHAPES.add(shape)
+    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs, plens)
     loss, st = policy_loss(
         logp,
         step.old[mb, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
