@@ -24,7 +24,6 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from pods.batch import Rollouts
 from pods.bench import save_results, sync
 from pods.config import TrainConfig
-from pods.config import settings as typed_settings
 from pods.distributed import Dist
 from pods.models import autocast, resolve_dtype
 from pods.update.optim import build_optimizer
@@ -42,7 +41,6 @@ def synthetic_batch(rows: int, lp: int, lc: int, vocab: int) -> Rollouts:
 
 
 def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dict:
-    c = typed_settings(cfg)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(
         Qwen2Config(
@@ -56,17 +54,17 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
             tie_word_embeddings=True,
         )
     ).to(device)
-    if c.hardware.gradient_checkpointing:
+    if cfg.hardware.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    opt, sched = build_optimizer(model, c.optim, c.max_steps * c.algo.mu, device)
-    dist, dtype = Dist(c.hardware, device), resolve_dtype(c.model, c.hardware, device)
+    opt, sched = build_optimizer(model, cfg.optim, cfg.max_steps * cfg.algo.mu, device)
+    dist, dtype = Dist(cfg.hardware, device), resolve_dtype(cfg.model, cfg.hardware, device)
     times = []
     for i in range(repeats + 3):  # 3 warm-ups
         sync(device.type)
         t0 = time.perf_counter()
         with autocast(dtype, device):
-            stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(c), device, dist)
+            stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(cfg), device, dist)
         sync(device.type)
         if i >= 3:
             times.append((time.perf_counter() - t0) * 1e3)
