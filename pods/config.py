@@ -456,7 +456,10 @@ def register_schema() -> None:
 
 
 def settings(cfg: Any) -> TrainConfig:
-    """The composed config as typed dataclasses, interpolations resolved (each stage takes its group)."""
+    """The composed config as typed dataclasses, interpolations resolved (each stage takes its group);
+    typed settings are returned as they are."""
+    if isinstance(cfg, TrainConfig):
+        return cfg
     if not (OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is TrainConfig):
         cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
     return OmegaConf.to_object(cfg)

@@ -12,17 +12,19 @@ import os
 
 import torch
 
+from pods.config import HardwareConfig
+
 
 def launched_distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 class Dist:
-    def __init__(self, cfg, device: torch.device):
+    def __init__(self, hardware: HardwareConfig, device: torch.device):
         self.accelerator = None
         self.rank, self.world = 0, 1
         self.fsdp = False  # parameters, gradients and optimizer state sharded over ranks (torch FSDP2)
-        if cfg.hardware.distributed != "none" and launched_distributed():
+        if hardware.distributed != "none" and launched_distributed():
             from accelerate import Accelerator
 
             self.accelerator = Accelerator(cpu=device.type == "cpu")
@@ -35,7 +37,7 @@ class Dist:
                     "`accelerate launch --multi_gpu` (or torchrun) and set hardware.distributed=ddp or fsdp"
                 )
             self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-            self.fsdp = cfg.hardware.distributed == "fsdp"
+            self.fsdp = hardware.distributed == "fsdp"
 
     @property
     def is_main(self) -> bool:

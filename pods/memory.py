@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from pods import ASSETS
+from pods.config import AlgoConfig, HardwareConfig
 from pods.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pods.rollout import RolloutSettings
 
 log = logging.getLogger("pods")
 
@@ -84,53 +89,59 @@ def model_size(hf_config, lora_r: int, lora_targets) -> ModelSize:
     return ModelSize(params, lora)
 
 
-def state_bytes(size: ModelSize, cfg, lora: bool, compiled: bool) -> int:
-    """Bytes of weight-sized state a run keeps on the GPU (see the module docstring)."""
-    compute = BYTES[cfg.model.dtype if cfg.model.dtype != "auto" else cfg.hardware.dtype]
+def state_bytes(size: ModelSize, gen: RolloutSettings, beta: float, lora: bool, compiled: bool) -> int:
+    """Bytes of weight-sized state a run keeps on the GPU (see the module docstring): the model and hardware
+    it trains with (gen.model, gen.hardware), the rollout's generation copy (gen.rollout) and the reference
+    copy that algo.beta > 0 asks for."""
+    hw = gen.hardware
+    compute = BYTES[gen.model.dtype if gen.model.dtype != "auto" else hw.dtype]
     copy = size.params * compute if compiled else 0
     if not lora:
-        ref = size.params * 4 if cfg.algo.beta > 0 else 0
+        ref = size.params * 4 if beta > 0 else 0
         return size.params * 16 + ref + copy
-    base = size.params * (0.5 if cfg.hardware.load_in_4bit else compute)
-    if getattr(cfg.rollout, "share_weights", False) and not cfg.hardware.load_in_4bit:
+    base = size.params * (0.5 if hw.load_in_4bit else compute)
+    if gen.rollout.share_weights and not hw.load_in_4bit:
         copy = 0  # the generation copy decodes from the policy's own base (pods/rollout/gen_copy.py)
     return int(base + size.lora_params * 16 + copy)
 
 
-def choose_finetune(cfg, device: torch.device) -> None:
+def choose_finetune(gen: RolloutSettings, algo: AlgoConfig, device: torch.device) -> HardwareConfig:
     """hardware=auto on a GPU: a full fine-tune if its state fits STATE_SHARE of the card, else LoRA with
-    gradient checkpointing (what hardware=gpu_lora sets), else refuse with a hint. Sets cfg.hardware.lora
-    and logs the choice. An explicit GPU profile is kept as it is; a warning says when it will not fit."""
-    h = cfg.hardware
+    gradient checkpointing (what hardware=gpu_lora sets), else refuse with a hint. Returns the hardware group
+    as chosen (gen.hardware itself when nothing changes) and logs the choice. An explicit GPU profile is kept
+    as it is; a warning says when it will not fit."""
+    h, m = gen.hardware, gen.model
     card = card_memory(device)
     if card is None or h.distributed != "none":
-        return  # CPU; several GPUs shard or replicate as their profile says
+        return h  # CPU; several GPUs shard or replicate as their profile says
     from pods.rollout import backend_class
 
-    hf_config = architecture_config(cfg.model.path)
+    hf_config = architecture_config(m.path)
     if hf_config is None:
-        return
-    size = model_size(hf_config, cfg.model.lora.r, cfg.model.lora.targets)
-    backend = backend_class(cfg)  # vllm: the engine holds its own copy, in its share of the card
-    budget = card * STATE_SHARE * (1 - backend.card_share(cfg))
-    compiled = backend.keeps_generation_copy(cfg, device)
-    full, lora = (state_bytes(size, cfg, x, compiled) for x in (False, True))
+        return h
+    size = model_size(hf_config, m.lora.r, m.lora.targets)
+    backend = backend_class(
+        gen.rollout.backend
+    )  # vllm: the engine holds its own copy, in its share of the card
+    budget = card * STATE_SHARE * (1 - backend.card_share(gen))
+    compiled = backend.keeps_generation_copy(gen, device)
+    full, lora = (state_bytes(size, gen, algo.beta, x, compiled) for x in (False, True))
     about = (
-        f"{cfg.model.name} ({size.params / 1e6:,.0f}M parameters): a full fine-tune keeps {full / GIB:.3g} GiB "
-        f"(weights, gradients, AdamW state, generation copy), LoRA r={cfg.model.lora.r} {lora / GIB:.3g} GiB; "
+        f"{m.name} ({size.params / 1e6:,.0f}M parameters): a full fine-tune keeps {full / GIB:.3g} GiB "
+        f"(weights, gradients, AdamW state, generation copy), LoRA r={m.lora.r} {lora / GIB:.3g} GiB; "
         f"{budget / GIB:.3g} GiB of this {card / GIB:.3g} GiB card is for them"
     )
     if h.name != "auto":
         if (lora if h.lora else full) > budget:
             log.warning("hardware=%s may not fit: %s", h.name, about)
-        return
+        return h
     if h.lora or full <= budget:
         log.info("hardware=auto: %s: %s", "LoRA" if h.lora else "full fine-tune", about)
-    elif lora <= budget:
-        h.lora, h.gradient_checkpointing = True, True
+        return h
+    if lora <= budget:
         log.info("hardware=auto: LoRA with gradient checkpointing (as hardware=gpu_lora): %s", about)
-    else:
-        raise ConfigError(
-            f"hardware=auto: neither fits: {about}. Use hardware=gpu_lora hardware.load_in_4bit=true, "
-            "or hardware=fsdp over several GPUs"
-        )
+        return replace(h, lora=True, gradient_checkpointing=True)
+    raise ConfigError(
+        f"hardware=auto: neither fits: {about}. Use hardware=gpu_lora hardware.load_in_4bit=true, "
+        "or hardware=fsdp over several GPUs"
+    )

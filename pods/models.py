@@ -11,18 +11,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pods.config import HardwareConfig, ModelConfig
 from pods.errors import ConfigError
 from pods.hub import OfflineError, offline_message, prepare_hub_access
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_device(cfg) -> torch.device:
-    want = cfg.hardware.device
+def resolve_device(hardware: HardwareConfig) -> torch.device:
+    want = hardware.device
     if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError(
-                f"hardware={cfg.hardware.name} needs a CUDA GPU but none is visible; "
+                f"hardware={hardware.name} needs a CUDA GPU but none is visible; "
                 "use hardware=cpu (or hardware=auto)"
             )
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -30,8 +31,9 @@ def resolve_device(cfg) -> torch.device:
     return torch.device("cpu")
 
 
-def resolve_dtype(cfg, device: torch.device) -> torch.dtype:
-    name = cfg.model.dtype if cfg.model.dtype != "auto" else cfg.hardware.dtype
+def resolve_dtype(model: ModelConfig, hardware: HardwareConfig, device: torch.device) -> torch.dtype:
+    """The compute dtype: model.dtype, or the hardware profile's when it is auto; float32 on a CPU."""
+    name = model.dtype if model.dtype != "auto" else hardware.dtype
     if device.type == "cpu" and name != "float32":
         name = "float32"  # half precision on CPU is slow and numerically poor for training
     return DTYPES[name]
@@ -41,9 +43,9 @@ def _is_local(path: str) -> bool:
     return Path(path).exists() or path.startswith(("/", "./", "../"))
 
 
-def check_model_source(cfg) -> None:
+def check_model_source(model: ModelConfig, hardware: HardwareConfig) -> None:
     """Fail before anything heavy if the model can be neither found locally nor fetched."""
-    path = cfg.model.path
+    path = model.path
     if _is_local(path):
         if not (Path(path) / "config.json").exists():
             raise ConfigError(
@@ -64,53 +66,55 @@ def check_model_source(cfg) -> None:
                 "or point model.path at a local directory.",
             )
         )
-    if cfg.hardware.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
+    if hardware.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError("hardware.load_in_4bit=true needs bitsandbytes: pip install bitsandbytes")
 
 
-def load_tokenizer(cfg):
-    tok = AutoTokenizer.from_pretrained(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+def load_tokenizer(model: ModelConfig):
+    tok = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
 
 
-def autocast(cfg, device: torch.device):
+def autocast(dtype: torch.dtype, device: torch.device):
     """Mixed precision for every forward pass: weights that train stay in float32 (an AdamW step of
-    lr 5e-6 is far below bf16's resolution), matmuls run in the compute dtype."""
-    dtype = resolve_dtype(cfg, device)
+    lr 5e-6 is far below bf16's resolution), matmuls run in the compute dtype (resolve_dtype)."""
     if device.type != "cuda" or dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=dtype)
 
 
-def load_policy(cfg, device: torch.device):
-    """Returns (model, reference model or None). The reference is only built when algo.beta > 0.
+def load_policy(
+    model_cfg: ModelConfig, hardware: HardwareConfig, device: torch.device, reference: bool = False
+):
+    """Returns (model, reference model or None). A float32 copy for the reference is built only when
+    `reference` (algo.beta > 0) and without LoRA (there the reference is the base: reference_policy).
 
     Full fine-tuning keeps float32 master weights (computing in the profile's dtype under autocast);
     with LoRA the frozen base is stored in the compute dtype and only the adapter is float32.
     """
-    dtype = resolve_dtype(cfg, device)
+    dtype = resolve_dtype(model_cfg, hardware, device)
     kwargs = dict(
-        dtype=dtype if cfg.hardware.lora else torch.float32,
-        attn_implementation=cfg.hardware.attn_implementation,
-        trust_remote_code=cfg.model.trust_remote_code,
+        dtype=dtype if hardware.lora else torch.float32,
+        attn_implementation=hardware.attn_implementation,
+        trust_remote_code=model_cfg.trust_remote_code,
     )
-    if cfg.hardware.load_in_4bit:
+    if hardware.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4"
         )
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, **kwargs).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, **kwargs).to(device)
     ref = None
-    if cfg.algo.beta > 0 and not cfg.hardware.lora:
+    if reference and not hardware.lora:
         ref = copy.deepcopy(model).eval().requires_grad_(False)
-    if cfg.hardware.lora:
+    if hardware.lora:
         from peft import LoraConfig, get_peft_model
 
-        lc = cfg.model.lora
+        lc = model_cfg.lora
         model = get_peft_model(
             model,
             LoraConfig(
@@ -121,9 +125,9 @@ def load_policy(cfg, device: torch.device):
                 task_type="CAUSAL_LM",
             ),
         )
-    if cfg.hardware.gradient_checkpointing:
+    if hardware.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.hardware.lora:
+        if hardware.lora:
             model.enable_input_require_grads()
     model.train()
     return model, ref
@@ -140,7 +144,8 @@ class AdapterDisabledRef:
             return self.model(*args, **kwargs)
 
 
-def reference_policy(model, ref, cfg):
-    if cfg.algo.beta <= 0:
+def reference_policy(model, ref, beta: float, lora: bool):
+    """What the KL term (algo.beta > 0) compares with: the base under LoRA, else load_policy's copy."""
+    if beta <= 0:
         return None
-    return AdapterDisabledRef(model) if cfg.hardware.lora else ref
+    return AdapterDisabledRef(model) if lora else ref

@@ -11,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from pods.config import LoggerConfig, TrainConfig
 from pods.naming import run_name, variant_name
 
 log = logging.getLogger("pods")
@@ -38,29 +39,32 @@ def wandb_mode(requested: str) -> str:
         return "offline"
 
 
-def run_info_for(cfg) -> dict:
-    """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare."""
-    s = cfg.selector
-    variant = variant_name(s.name, s.n, s.m, cfg.prefilter.name, cfg.dynamic_sampling.enabled)
+def run_info_for(c: TrainConfig) -> dict:
+    """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare.
+    The one reader of the whole (typed) config: a run's identity names every stage."""
+    s = c.selector
+    variant = variant_name(s.name, s.n, s.m, c.prefilter.name, c.dynamic_sampling.enabled)
     return {
-        "name": cfg.name or run_name(variant, cfg.seed),
+        "name": c.name or run_name(variant, c.seed),
         "variant": variant,
-        "seed": cfg.seed,
+        "seed": c.seed,
         "selector": s.name,
         "n": s.n,
         "m": s.m,
-        "model": cfg.model.name,
-        "dataset": cfg.dataset.name,
-        "group": cfg.logger.group or cfg.experiment,
-        "experiment": cfg.experiment,
+        "model": c.model.name,
+        "dataset": c.dataset.name,
+        "group": c.logger.group or c.experiment,
+        "experiment": c.experiment,
     }
 
 
-def write_run_info(cfg, run_dir: Path, data: dict, world: int, threads: int, is_main: bool) -> dict:
+def write_run_info(
+    c: TrainConfig, run_dir: Path, data: dict, world: int, threads: int, is_main: bool
+) -> dict:
     """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file."""
     path = run_dir / "run_info.json"
-    info = run_info_for(cfg)
+    info = run_info_for(c)
     old = json.loads(path.read_text()) if is_main and path.exists() else {}
     info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
     info["data"] = data
@@ -89,14 +93,17 @@ class Progress:
     per step (tqdm's default redraws on every set_postfix).
     """
 
-    def __init__(self, cfg, clock: float, step: int, name: str, disable: bool = False, file=None):
+    def __init__(
+        self, max_steps: int, max_train_time: float, clock: float, step: int, name: str, disable: bool = False,
+        file=None,
+    ):  # fmt: skip
         from tqdm.auto import tqdm
 
         file = sys.stderr if file is None else file
         every = 0.1 if _isatty(file) else LOG_REFRESH_S
-        self.by_time = cfg.max_train_time > 0
+        self.by_time = max_train_time > 0
         self.bar = tqdm(
-            total=round(cfg.max_train_time) if self.by_time else cfg.max_steps,
+            total=round(max_train_time) if self.by_time else max_steps,
             initial=round(clock) if self.by_time else step,
             unit="s" if self.by_time else "step",
             desc=name,
@@ -134,29 +141,29 @@ class MetricsLogger:
     """Append-only metrics.jsonl plus optional W&B. On resume (load_state_dict) the file is truncated to the
     checkpoint's step first, so a resumed run continues it without duplicates or gaps."""
 
-    def __init__(self, cfg, run_dir: Path, run_info: dict):
+    def __init__(self, logger: LoggerConfig, run_dir: Path, run_info: dict, config: dict | None = None):
+        """`config`: the run's settings as a plain dict, W&B's run config."""
         self.path = run_dir / "metrics.jsonl"
         self.lines = _count_lines(self.path)  # complete lines so far; a checkpoint records how many it covers
         self.wandb = None
-        if cfg.logger.backend == "wandb":
-            self.wandb = self._init_wandb(cfg, run_dir, run_info)
+        if logger.backend == "wandb":
+            self.wandb = self._init_wandb(logger, run_dir, run_info, config or {})
 
-    def _init_wandb(self, cfg, run_dir: Path, run_info: dict):
+    def _init_wandb(self, logger: LoggerConfig, run_dir: Path, run_info: dict, config: dict):
         try:
             import wandb
-            from omegaconf import OmegaConf
 
-            mode = wandb_mode(cfg.logger.mode)
+            mode = wandb_mode(logger.mode)
             run = wandb.init(
-                project=cfg.logger.project,
-                entity=cfg.logger.entity,
-                group=cfg.logger.group or run_info.get("group"),
+                project=logger.project,
+                entity=logger.entity,
+                group=logger.group or run_info.get("group"),
                 name=run_info["name"],
                 id=run_info["wandb_id"],
                 resume="allow",
                 dir=str(run_dir),
                 mode=mode,
-                config=OmegaConf.to_container(cfg, resolve=True),
+                config=config,
                 settings=wandb.Settings(init_timeout=60),
             )
             bind_metrics(run)

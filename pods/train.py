@@ -18,7 +18,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pods.config import ConfigError, register_schema, validate
+from pods.config import ConfigError, DatasetConfig, TrainConfig, register_schema, validate
 from pods.spelling import retired_hint
 
 log = logging.getLogger("pods")
@@ -42,29 +42,28 @@ def check_writable(path: str | Path, key: str) -> None:
         ) from None
 
 
-def check_run_dir(cfg) -> None:
+def check_run_dir(run_dir: str | Path, resume: bool) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
     already saved is overwritten or mixed with a new run's metrics. The run directory and its
     checkpoints/ must be writable: checked here, not at the first save."""
     if int(os.environ.get("RANK", "0")) != 0:
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(run_dir)
     ckpts = run_dir / "checkpoints"
     check_writable(run_dir, "run_dir")
     if ckpts.exists():
         check_writable(ckpts, "run_dir/checkpoints")
     used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
-    if not cfg.resume and used:
+    if not resume and used:
         raise ConfigError(
-            f"run_dir={cfg.run_dir} already holds a run (metrics or checkpoints); pass resume=true to "
+            f"run_dir={run_dir} already holds a run (metrics or checkpoints); pass resume=true to "
             "continue it, or choose another hydra.run.dir"
         )
 
 
-def check_task_config(cfg) -> None:
+def check_task_config(d: DatasetConfig) -> None:
     """A procedural task's settings (dataset.task_kwargs) are checked by reasoning-gym's own config class
     here, without generating anything: a bad one is one line, not an AssertionError from data loading."""
-    d = cfg.dataset
     if d.source != "reasoning_gym":
         return
     from reasoning_gym.factory import DATASETS
@@ -82,43 +81,46 @@ def check_task_config(cfg) -> None:
         raise ConfigError(f"dataset.task_kwargs={dict(d.task_kwargs)} for task {d.task!r}: {e}") from None
 
 
-def load_plugins(cfg) -> None:
+def load_plugins(plugins: list[str]) -> None:
     """Import the modules named in `plugins:`; what they register becomes a valid name for validate()."""
     from pods.registry import load_plugins as load
 
     try:
-        load(cfg.plugins)
+        load(plugins)
     except ImportError as e:
         raise ConfigError(
-            f"plugins={list(cfg.plugins)}: cannot import {e.name!r} ({e}); is it on PYTHONPATH?"
+            f"plugins={list(plugins)}: cannot import {e.name!r} ({e}); is it on PYTHONPATH?"
         ) from None
 
 
-def preflight(cfg) -> None:
-    """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here."""
+def preflight(cfg) -> TrainConfig:
+    """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here. Returns the
+    run's typed settings (pods.config.TrainConfig), the only form of the config the stages see."""
     from pods.memory import choose_finetune
     from pods.models import check_model_source, resolve_device
-    from pods.rollout import check_backend
+    from pods.rollout import RolloutSettings, check_backend
 
-    load_plugins(cfg)
-    validate(cfg)
-    backend = check_backend(cfg)  # rollout.backend: registered, and fit for the hardware profile
-    check_task_config(cfg)
-    device = resolve_device(cfg)  # a GPU profile on a machine without a GPU fails here
-    check_run_dir(cfg)
-    check_model_source(cfg)
-    choose_finetune(cfg, device)  # from the model's config and the card's memory
-    validate(cfg)  # again: LoRA's own fields, when it was chosen
-    backend.preflight(cfg)  # e.g. vllm: the engine is installed
+    load_plugins(list(cfg.plugins))
+    c = validate(cfg)
+    gen = RolloutSettings.from_config(c)
+    backend = check_backend(gen)  # rollout.backend: registered, and fit for the hardware profile
+    check_task_config(c.dataset)
+    device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
+    check_run_dir(c.run_dir, c.resume)
+    check_model_source(c.model, c.hardware)
+    c.hardware = choose_finetune(gen, c.algo, device)  # from the model's config and the card's memory
+    c.check()  # again: LoRA's own fields, when it was chosen
+    backend.preflight(RolloutSettings.from_config(c))  # e.g. vllm: the engine is installed
+    return c
 
 
 def run(cfg) -> dict:
     from pods.trainer import Trainer
 
-    preflight(cfg)
-    trainer = Trainer(cfg, Path(cfg.run_dir))
-    if trainer.dist.is_main:
-        OmegaConf.save(cfg, Path(cfg.run_dir) / "config.yaml", resolve=True)
+    c = preflight(cfg)
+    trainer = Trainer(c, Path(c.run_dir))
+    if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
+        OmegaConf.save(OmegaConf.structured(c), Path(c.run_dir) / "config.yaml")
     return trainer.train()
 
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import transformers
 
 from pods.checkpoint import RngStreams
-from pods.config import settings
+from pods.config import TrainConfig, settings
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
@@ -29,7 +31,7 @@ from pods.filter import build_prefilter
 from pods.models import autocast, load_policy, load_tokenizer, reference_policy, resolve_device, resolve_dtype
 from pods.resume import Checkpointer
 from pods.reward import build_reward
-from pods.rollout import build_generator
+from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.collect import CollectSettings, RolloutCollector, completion_metrics
 from pods.selection import downsample
 from pods.selection.diagnostics import selection_metrics
@@ -40,54 +42,60 @@ from pods.update import kept_advantages
 from pods.update.optim import build_optimizer
 from pods.update.step import UpdateSettings, policy_update
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 log = logging.getLogger("pods")
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path, callbacks=()):
-        self.cfg, self.run_dir, self.callbacks = cfg, Path(run_dir), list(callbacks)
-        self.settings = settings(cfg)  # typed groups: each stage gets its own
+    def __init__(self, config: TrainConfig | DictConfig, run_dir: Path, callbacks=()):
+        """`config`: the run's typed settings (pods.train.preflight's), or a composed config to type here."""
+        self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
+        self.settings = c = settings(config)  # typed groups: each stage gets its own
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        transformers.set_seed(cfg.seed)
-        self.device = resolve_device(cfg)
-        self.threads = set_threads(cfg.hardware.num_threads, self.device.type)  # 0: the free cores
-        self.dist = Dist(cfg, self.device)
-        self.ckpt = Checkpointer(self.run_dir, self.dist, cfg.checkpoint.keep_last, cfg.hardware.lora)
-        plan = self.ckpt.plan() if cfg.resume else None  # a bad resume fails here, before the model loads
-        self.tok = load_tokenizer(cfg)
-        self.reward_fn = build_reward(self.settings.reward)
-        self.train_set, self.eval_set = load_prompt_sets(cfg.dataset, cfg.model, self.tok)
-        self.model, ref = load_policy(cfg, self.device)  # the heavy part comes after every check
-        self.ref = reference_policy(self.model, ref, cfg)
-        self.model = self.dist.shard_model(self.model, resolve_dtype(cfg, self.device))  # FSDP: in place
+        transformers.set_seed(c.seed)
+        self.device = resolve_device(c.hardware)
+        self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
+        self.dist = Dist(c.hardware, self.device)
+        self.ckpt = Checkpointer(self.run_dir, self.dist, c.checkpoint.keep_last, c.hardware.lora)
+        plan = self.ckpt.plan() if c.resume else None  # a bad resume fails here, before the model loads
+        self.tok = load_tokenizer(c.model)
+        self.reward_fn = build_reward(c.reward)
+        self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
+        # the heavy part comes after every check
+        self.model, ref = load_policy(c.model, c.hardware, self.device, reference=c.algo.beta > 0)
+        self.ref = reference_policy(self.model, ref, c.algo.beta, c.hardware.lora)
+        self.dtype = resolve_dtype(c.model, c.hardware, self.device)  # the compute dtype (autocast)
+        self.model = self.dist.shard_model(self.model, self.dtype)  # FSDP: in place
         self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
-        self.generator = build_generator(cfg, self.model, self.tok, self.device, self.timer)
-        total = cfg.max_steps * cfg.algo.mu  # one scheduler step per optimizer step
-        optimizer, self.scheduler = build_optimizer(self.model, self.settings.optim, total, self.device)
+        gen = RolloutSettings.from_config(c)
+        self.generator = build_generator(gen, self.model, self.tok, self.device, self.timer)
+        total = c.max_steps * c.algo.mu  # one scheduler step per optimizer step
+        optimizer, self.scheduler = build_optimizer(self.model, c.optim, total, self.device)
         self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
-        self.sampler = PromptSampler(len(self.train_set.prompts), cfg.seed)  # same draws on every rank
-        self.prefilter = build_prefilter(self.settings.prefilter, cfg.seed)
-        self.select_rng = torch.Generator().manual_seed(cfg.seed * 1000 + self.dist.rank)
+        self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
+        self.prefilter = build_prefilter(c.prefilter, c.seed)
+        self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.collector = RolloutCollector(
-            CollectSettings.from_config(self.settings), self.sampler, self.prefilter, self.generator, self.reward_fn,
+            CollectSettings.from_config(c), self.sampler, self.prefilter, self.generator, self.reward_fn,
             self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
         )  # fmt: skip
-        self.update_settings, self.eval_settings = (
-            UpdateSettings.from_config(self.settings),
-            EvalSettings.from_config(self.settings),
-        )
-        self.eval_every = Every(cfg.eval.every_steps, cfg.eval.every_seconds)
-        self.ckpt_every = Every(cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds)
+        self.update_settings, self.eval_settings = UpdateSettings.from_config(c), EvalSettings.from_config(c)
+        self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
+        self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
         self.changes = self.saved_changes = 0  # records logged in all / up to the newest checkpoint
         self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
         data = {"train": self.train_set.report.__dict__, "eval": self.eval_set.report.__dict__}
         self.run_info = write_run_info(
-            cfg, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main
+            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main
         )
-        resume_step = self._resume(plan) if cfg.resume else None
-        self.logger = MetricsLogger(cfg, self.run_dir, self.run_info) if self.dist.is_main else None
+        resume_step = self._resume(plan) if c.resume else None
+        self.logger = (
+            MetricsLogger(c.logger, self.run_dir, self.run_info, asdict(c)) if self.dist.is_main else None
+        )
         if self.logger and resume_step is not None:  # drop records after the checkpoint (-1: all)
             self.logger.load_state_dict(
                 {"step": resume_step, "metrics_lines": (plan or {}).get("metrics_lines")}
@@ -96,16 +104,19 @@ class Trainer:
     # --- the loop -------------------------------------------------------------------------------
 
     def done(self) -> bool:
-        c = self.cfg
+        c = self.settings
         return self.step >= c.max_steps or (
             c.max_train_time > 0 and self.timer.train_clock >= c.max_train_time
         )
 
     def train(self) -> dict:
-        c = self.cfg
+        c = self.settings
         if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
             self.evaluate()
-        bar = Progress(c, self.timer.train_clock, self.step, self.run_info["name"], not self.dist.is_main)
+        bar = Progress(
+            c.max_steps, c.max_train_time, self.timer.train_clock, self.step, self.run_info["name"],
+            not self.dist.is_main,
+        )  # fmt: skip
         while not self.done():
             for cb in self.callbacks:
                 cb.on_step_start(self)
@@ -129,7 +140,7 @@ class Trainer:
 
     def train_step(self) -> dict:
         s, t = self.settings.selector, self.timer
-        with autocast(self.cfg, self.device):
+        with autocast(self.dtype, self.device):
             batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
         self.step += 1
         kept = None
@@ -139,7 +150,7 @@ class Trainer:
             with t.phase("advantages"):
                 a = self.settings.advantage
                 kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
-        with t.phase("update"), autocast(self.cfg, self.device):
+        with t.phase("update"), autocast(self.dtype, self.device):
             rec = policy_update(
                 self.train_model, kept, self.optimizer, self.scheduler, self.update_settings, self.device,
                 self.dist, self.ref,
@@ -156,7 +167,7 @@ class Trainer:
         all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
         if all_kept.numel():
             out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
-        out.update(completion_metrics(batch, kept, self.dist, s.n, self.cfg.model.max_completion_len))
+        out.update(completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len))
         self.counters["tokens_trained"] += int(update.get("update/tokens", 0))
         self.counters["rollouts"] += cs.rollouts
         self.counters["tokens_generated"] += cs.tokens
@@ -167,7 +178,7 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict:
-        with self.timer.phase("eval"), autocast(self.cfg, self.device), self.dist.full_weights(self.model):
+        with self.timer.phase("eval"), autocast(self.dtype, self.device), self.dist.full_weights(self.model):
             metrics, samples = evaluate(
                 self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers,
                 self.eval_settings, self.dist,

@@ -25,7 +25,7 @@ from pods.batch import Rollouts
 from pods.bench import save_results, sync
 from pods.config import TrainConfig
 from pods.distributed import Dist
-from pods.models import autocast
+from pods.models import autocast, resolve_dtype
 from pods.update.optim import build_optimizer
 from pods.update.step import UpdateSettings, policy_update
 
@@ -58,12 +58,12 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     opt, sched = build_optimizer(model, cfg.optim, cfg.max_steps * cfg.algo.mu, device)
-    dist = Dist(cfg, device)
+    dist, dtype = Dist(cfg.hardware, device), resolve_dtype(cfg.model, cfg.hardware, device)
     times = []
     for i in range(repeats + 3):  # 3 warm-ups
         sync(device.type)
         t0 = time.perf_counter()
-        with autocast(cfg, device):
+        with autocast(dtype, device):
             stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(cfg), device, dist)
         sync(device.type)
         if i >= 3:

@@ -64,8 +64,9 @@ def render_batches(rows, args, label: str) -> str:
 
 
 def main() -> None:
+    from pods.config import RewardConfig
     from pods.reward import build_reward
-    from pods.reward.fuzz import adversarial_corpus, fuzz_reward_config, time_batches, time_each
+    from pods.reward.fuzz import adversarial_corpus, fuzz_reward_fields, time_batches, time_each
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=20_000)
@@ -77,7 +78,7 @@ def main() -> None:
     ap.add_argument("--batch_timeout_s", type=float, default=None, help="--batch: reward.batch_timeout_s")
     args = ap.parse_args()
     if args.batch:
-        reward = build_reward(fuzz_reward_config(args.timeout_s, args.batch_timeout_s))
+        reward = build_reward(RewardConfig(**fuzz_reward_fields(args.timeout_s, args.batch_timeout_s)))
         text = render_batches(time_batches(reward), args, args.label)
         reward.close()
         out = Path(args.out or "results/reward_batch.md")
@@ -90,7 +91,7 @@ def main() -> None:
     marker = Path(tempfile.mkdtemp()) / "pwned"
     corpus = adversarial_corpus(args.n, args.seed, str(marker))
     runs = {}
-    reward = build_reward(fuzz_reward_config(args.timeout_s))
+    reward = build_reward(RewardConfig(**fuzz_reward_fields(args.timeout_s)))
     runs[f"default deadlines, {len(corpus)} completions"] = time_each(reward, corpus)
     reward.grader.soft_fraction = None  # no alarm in the worker: the parent must kill it every time
     runs["worker alarm off (every slow input killed by the parent), bombs only"] = time_each(

@@ -12,7 +12,7 @@ from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.reward.registry import RewardOutput
 
-DIST = Dist(SimpleNamespace(hardware=SimpleNamespace(distributed="none")), torch.device("cpu"))
+DIST = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
 PROMPTS, GOLDS = ["1+1", "2+2", "3+3", "4+4"], ["2", "4", "6", "8"]
 
 

@@ -10,8 +10,10 @@ import torch
 
 import pods.memory
 import pods.models
+from pods.config import settings
 from pods.errors import ConfigError
-from pods.memory import GIB, STATE_SHARE, architecture_config, choose_finetune, model_size, state_bytes
+from pods.memory import GIB, STATE_SHARE, architecture_config, model_size, state_bytes
+from pods.rollout import RolloutSettings
 from pods.train import preflight
 
 CUDA = torch.device("cuda", 0)
@@ -19,6 +21,16 @@ CUDA = torch.device("cuda", 0)
 
 def fake_card(monkeypatch, gib: float) -> None:
     monkeypatch.setattr(pods.memory, "card_memory", lambda device: int(gib * GIB))
+
+
+def choose_finetune(c, device):
+    """pods.memory.choose_finetune on typed settings; the chosen hardware group replaces c.hardware."""
+    c.hardware = pods.memory.choose_finetune(RolloutSettings.from_config(c), c.algo, device)
+    return c
+
+
+def kept_bytes(size, c, lora: bool, compiled: bool) -> int:
+    return state_bytes(size, RolloutSettings.from_config(c), c.algo.beta, lora, compiled)
 
 
 @pytest.mark.parametrize(
@@ -42,34 +54,34 @@ def test_shipped_hub_configs_give_the_model_cards_parameter_counts(hub_id, billi
 
 
 def test_the_meta_count_equals_the_loaded_tiny_model(make_cfg):
-    cfg = make_cfg("hardware=cpu", "hardware.lora=true")
+    cfg = settings(make_cfg("hardware=cpu", "hardware.lora=true"))
     size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
-    model, _ = pods.models.load_policy(cfg, torch.device("cpu"))
+    model, _ = pods.models.load_policy(cfg.model, cfg.hardware, torch.device("cpu"))
     base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
     adapter = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert (size.params, size.lora_params) == (base, adapter)
 
 
 def test_full_fine_tune_state_is_16_bytes_a_parameter_plus_the_generation_copy(make_cfg):
-    cfg = make_cfg("model=qwen2.5-3b", "hardware=auto")
+    cfg = settings(make_cfg("model=qwen2.5-3b", "hardware=auto"))
     size = pods.memory.ModelSize(params=1000, lora_params=10)
-    assert state_bytes(size, cfg, lora=False, compiled=False) == 16_000
-    assert state_bytes(size, cfg, lora=False, compiled=True) == 18_000  # + bf16 generation copy
+    assert kept_bytes(size, cfg, lora=False, compiled=False) == 16_000
+    assert kept_bytes(size, cfg, lora=False, compiled=True) == 18_000  # + bf16 generation copy
     # LoRA: the generation copy decodes from the policy's own bf16 base (rollout.share_weights, the default)
     assert cfg.rollout.share_weights
-    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160  # bf16 base, adapter
+    assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160  # bf16 base, adapter
     cfg.rollout.share_weights = False
-    assert state_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # + a copy of its own
+    assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # + a copy of its own
     cfg.rollout.share_weights, cfg.hardware.load_in_4bit = True, True
-    assert state_bytes(size, cfg, lora=True, compiled=True) == 500 + 160 + 2_000  # 4-bit bases are not shared
+    assert kept_bytes(size, cfg, lora=True, compiled=True) == 500 + 160 + 2_000  # 4-bit bases are not shared
     cfg.hardware.load_in_4bit = False
     cfg.algo.beta = 0.04
-    assert state_bytes(size, cfg, lora=False, compiled=False) == 20_000  # + float32 reference
+    assert kept_bytes(size, cfg, lora=False, compiled=False) == 20_000  # + float32 reference
 
 
 def test_3b_on_an_80_gib_card_trains_lora_and_says_why(make_cfg, monkeypatch, caplog):
     fake_card(monkeypatch, 80)
-    cfg = make_cfg("selector=max_variance", "model=qwen2.5-3b")
+    cfg = settings(make_cfg("selector=max_variance", "model=qwen2.5-3b"))
     assert cfg.hardware.name == "auto" and not cfg.hardware.lora
     with caplog.at_level(logging.INFO, logger="pods"):
         choose_finetune(cfg, CUDA)
@@ -80,7 +92,7 @@ def test_3b_on_an_80_gib_card_trains_lora_and_says_why(make_cfg, monkeypatch, ca
 def test_3b_on_a_141_gib_card_and_smaller_models_on_80_gib_stay_full(make_cfg, monkeypatch, caplog):
     for model, gib in (("qwen2.5-3b", 141), ("qwen2.5-0.5b", 80), ("qwen2.5-1.5b", 80)):
         fake_card(monkeypatch, gib)
-        cfg = make_cfg(f"model={model}")
+        cfg = settings(make_cfg(f"model={model}"))
         with caplog.at_level(logging.INFO, logger="pods"):
             choose_finetune(cfg, CUDA)
         assert not cfg.hardware.lora, model
@@ -90,13 +102,13 @@ def test_3b_on_a_141_gib_card_and_smaller_models_on_80_gib_stay_full(make_cfg, m
 def test_a_card_too_small_for_lora_too_is_refused_with_a_hint(make_cfg, monkeypatch):
     fake_card(monkeypatch, 8)
     with pytest.raises(ConfigError, match=r"neither fits: .*load_in_4bit=true") as e:
-        choose_finetune(make_cfg("model=qwen2.5-3b"), CUDA)
+        choose_finetune(settings(make_cfg("model=qwen2.5-3b")), CUDA)
     assert "\n" not in str(e.value)
 
 
 def test_an_explicit_profile_is_kept_with_a_warning(make_cfg, monkeypatch, caplog):
     fake_card(monkeypatch, 80)
-    cfg = make_cfg("model=qwen2.5-3b", "hardware=gpu")
+    cfg = settings(make_cfg("model=qwen2.5-3b", "hardware=gpu"))
     with caplog.at_level(logging.INFO, logger="pods"):
         choose_finetune(cfg, CUDA)
     assert not cfg.hardware.lora and "hardware=gpu may not fit" in caplog.text
@@ -106,9 +118,9 @@ def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
     # 1.5B full state without a generation copy: 1.54e9 x 16 B = 23.0 GiB. 60% of 48 GiB = 28.8 GiB fits;
     # with vLLM holding 35% of the card, 18.7 GiB does not.
     fake_card(monkeypatch, 48)
-    hf = make_cfg("model=qwen2.5-1.5b", "rollout.compile=false")
+    hf = settings(make_cfg("model=qwen2.5-1.5b", "rollout.compile=false"))
     choose_finetune(hf, CUDA)
-    vllm = make_cfg("model=qwen2.5-1.5b", "rollout=vllm")
+    vllm = settings(make_cfg("model=qwen2.5-1.5b", "rollout=vllm"))
     choose_finetune(vllm, CUDA)
     assert not hf.hardware.lora and vllm.hardware.lora
     assert 48 * STATE_SHARE * (1 - vllm.hardware.vllm_gpu_memory_utilization) < 23.0 < 48 * STATE_SHARE
@@ -117,17 +129,16 @@ def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
 def test_preflight_chooses_before_any_weights_load(make_cfg, monkeypatch, caplog):
     """Through preflight, on the shipped tiny model (float32: full state ~16 MB, LoRA ~7 MB) and a 16 MiB card."""
     fake_card(monkeypatch, 16 / 1024)
-    monkeypatch.setattr(pods.models, "resolve_device", lambda cfg: CUDA)
+    monkeypatch.setattr(pods.models, "resolve_device", lambda hardware: CUDA)
     monkeypatch.setattr(pods.models, "load_policy", lambda *a: pytest.fail("weights loaded"))
-    cfg = make_cfg()
     with caplog.at_level(logging.INFO, logger="pods"):
-        preflight(cfg)
+        cfg = preflight(make_cfg())
     assert cfg.hardware.lora and "hardware=auto: LoRA" in caplog.text
 
 
 def test_a_cpu_run_is_not_sized(make_cfg, monkeypatch):
     monkeypatch.setattr(pods.memory, "architecture_config", lambda path: pytest.fail("sized on a CPU"))
-    cfg = make_cfg()
+    cfg = settings(make_cfg())
     choose_finetune(cfg, torch.device("cpu"))
     assert not cfg.hardware.lora
 
@@ -146,17 +157,17 @@ def test_the_users_command_on_a_faked_card_never_starts_a_full_fine_tune_that_ca
     """`python -m pods.train selector=max_variance model=qwen2.5-3b` (hardware=auto), composed through Hydra and
     run through preflight as pods.train.run does, on a card of `gib` GiB; no weights load."""
     fake_card(monkeypatch, gib)
-    monkeypatch.setattr(pods.models, "resolve_device", lambda cfg: CUDA)
-    monkeypatch.setattr(pods.models, "check_model_source", lambda cfg: None)  # the hub id, without the hub
+    monkeypatch.setattr(pods.models, "resolve_device", lambda hardware: CUDA)
+    monkeypatch.setattr(pods.models, "check_model_source", lambda *a: None)  # the hub id, without the hub
     monkeypatch.setattr(pods.models, "load_policy", lambda *a: pytest.fail("weights loaded"))
-    cfg = make_cfg("selector=max_variance", "model=qwen2.5-3b")
-    assert cfg.hardware.name == "auto"
+    composed = make_cfg("selector=max_variance", "model=qwen2.5-3b")
+    assert composed.hardware.name == "auto"
     with caplog.at_level(logging.INFO, logger="pods"):
-        preflight(cfg)
+        cfg = preflight(composed)
     assert cfg.hardware.lora == (choice != "full fine-tune")
     assert f"hardware=auto: {choice}" in caplog.text and f"this {gib} GiB card" in caplog.text
     size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
-    kept = state_bytes(size, cfg, cfg.hardware.lora, compiled=not cfg.hardware.lora)
+    kept = kept_bytes(size, cfg, cfg.hardware.lora, compiled=not cfg.hardware.lora)
     assert kept <= gib * GIB * STATE_SHARE
 
 
@@ -177,14 +188,13 @@ def test_the_count_equals_what_a_real_step_allocates(make_cfg, overrides):
     """The tiny model after one real forward/backward and AdamW step on the CPU: weights (float32 masters for a
     full fine-tune, the base in the compute dtype under LoRA), gradients, AdamW moments and a reference copy
     when algo.beta > 0 are exactly what state_bytes counts (no generation copy on this path)."""
-    from pods.config import settings
     from pods.update.optim import build_optimizer
 
-    cfg = make_cfg("hardware=cpu", "model.dtype=float32", *overrides)
+    cfg = settings(make_cfg("hardware=cpu", "model.dtype=float32", *overrides))
     cpu = torch.device("cpu")
-    model, ref = pods.models.load_policy(cfg, cpu)
-    optimizer, _ = build_optimizer(model, settings(cfg).optim, cfg.max_steps, cpu)
+    model, ref = pods.models.load_policy(cfg.model, cfg.hardware, cpu, reference=cfg.algo.beta > 0)
+    optimizer, _ = build_optimizer(model, cfg.optim, cfg.max_steps, cpu)
     model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
     optimizer.step()
     size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
-    assert _resident_bytes(model, optimizer, ref) == state_bytes(size, cfg, cfg.hardware.lora, compiled=False)
+    assert _resident_bytes(model, optimizer, ref) == kept_bytes(size, cfg, cfg.hardware.lora, compiled=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pods.config import settings
 from pods.errors import ConfigError
 from pods.models import (
     AdapterDisabledRef,
@@ -23,12 +24,13 @@ def test_gpu_profile_without_gpu_fails(make_cfg):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     with pytest.raises(ConfigError, match="hardware=gpu needs a CUDA GPU"):
-        resolve_device(make_cfg("hardware=gpu"))
+        resolve_device(settings(make_cfg("hardware=gpu")).hardware)
 
 
 def test_missing_local_model_dir(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match="model.path="):
-        check_model_source(make_cfg(f"model.path={tmp_path}/nope/"))
+        c = settings(make_cfg(f"model.path={tmp_path}/nope/"))
+        check_model_source(c.model, c.hardware)
 
 
 def test_hub_model_offline_and_uncached_fails_fast(make_cfg, monkeypatch, tmp_path):
@@ -38,40 +40,44 @@ def test_hub_model_offline_and_uncached_fails_fast(make_cfg, monkeypatch, tmp_pa
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     hub_reachable.cache_clear()
     with pytest.raises(OfflineError, match=r"Qwen/Qwen2.5-3B-Instruct' \(model.path\).*unreachable"):
-        check_model_source(make_cfg("model=qwen2.5-3b", "hardware=cpu"))
+        c = settings(make_cfg("model=qwen2.5-3b", "hardware=cpu"))
+        check_model_source(c.model, c.hardware)
     hub_reachable.cache_clear()
 
 
 def test_half_precision_is_float32_on_a_cpu(make_cfg):
-    cfg = make_cfg("hardware=gpu_lora", "model.dtype=bfloat16")
-    assert resolve_dtype(cfg, CPU) == torch.float32
-    assert resolve_dtype(cfg, torch.device("cuda")) == torch.bfloat16
+    cfg = settings(make_cfg("hardware=gpu_lora", "model.dtype=bfloat16"))
+    assert resolve_dtype(cfg.model, cfg.hardware, CPU) == torch.float32
+    assert resolve_dtype(cfg.model, cfg.hardware, torch.device("cuda")) == torch.bfloat16
 
 
 def test_tokenizer_pads_on_the_left_with_a_pad_token(make_cfg):
-    tok = load_tokenizer(make_cfg())
+    tok = load_tokenizer(settings(make_cfg()).model)
     assert tok.padding_side == "left" and tok.pad_token is not None
 
 
 def test_full_fine_tune_trains_every_float32_weight_and_copies_a_frozen_reference(make_cfg):
-    model, ref = load_policy(make_cfg("hardware=cpu"), CPU)
+    cfg = settings(make_cfg("hardware=cpu"))
+    model, ref = load_policy(cfg.model, cfg.hardware, CPU, reference=cfg.algo.beta > 0)
     params = list(model.parameters())
     assert all(p.requires_grad and p.dtype == torch.float32 for p in params) and ref is None  # beta = 0
-    cfg = make_cfg("hardware=cpu", "algo.beta=0.04")
-    model, ref = load_policy(cfg, CPU)
-    assert reference_policy(model, ref, cfg) is ref and not any(p.requires_grad for p in ref.parameters())
+    cfg = settings(make_cfg("hardware=cpu", "algo.beta=0.04"))
+    model, ref = load_policy(cfg.model, cfg.hardware, CPU, reference=cfg.algo.beta > 0)
+    assert reference_policy(model, ref, cfg.algo.beta, cfg.hardware.lora) is ref and not any(
+        p.requires_grad for p in ref.parameters()
+    )
     with torch.no_grad():
         next(model.parameters()).add_(1.0)  # training the policy leaves the reference where it was
     assert not torch.equal(next(model.parameters()), next(ref.parameters()))
 
 
 def test_lora_trains_only_the_adapter_and_its_reference_is_the_base(make_cfg):
-    cfg = make_cfg("hardware=cpu", "hardware.lora=true", "algo.beta=0.04")
-    model, ref = load_policy(cfg, CPU)
+    cfg = settings(make_cfg("hardware=cpu", "hardware.lora=true", "algo.beta=0.04"))
+    model, ref = load_policy(cfg.model, cfg.hardware, CPU, reference=cfg.algo.beta > 0)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert ref is None and trainable and all("lora_" in n for n in trainable)
     assert {n.split(".")[-4] for n in trainable if "lora_A" in n} == set(cfg.model.lora.targets)
-    base = reference_policy(model, ref, cfg)
+    base = reference_policy(model, ref, cfg.algo.beta, cfg.hardware.lora)
     assert isinstance(base, AdapterDisabledRef)
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():

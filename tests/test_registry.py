@@ -144,7 +144,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(make_cfg):
     with pytest.raises(
         ConfigError, match=r"plugins=\['no_such_plugin_mod'\]: cannot import 'no_such_plugin_mod'"
     ):
-        load_plugins(make_cfg("plugins=[no_such_plugin_mod]"))
+        load_plugins(list(make_cfg("plugins=[no_such_plugin_mod]").plugins))
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ does not flood a log file."""
 import io
 import json
 import time
-from types import SimpleNamespace
 
+from pods.config import LoggerConfig
 from pods.tracking import MetricsLogger, Progress, read_metrics, truncate_metrics, wandb_mode
 
 
@@ -32,22 +32,9 @@ def test_wandb_logger_offline_writes_metrics_and_run_files(monkeypatch, tmp_path
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.create(
-        {
-            "logger": {
-                "backend": "wandb",
-                "project": "pods-test",
-                "entity": None,
-                "group": None,
-                "mode": "auto",
-            },
-            "seed": 0,
-        }
-    )
+    logger_cfg = LoggerConfig(backend="wandb", project="pods-test", mode="auto")
     info = {"name": "t-s0", "wandb_id": "abc123test", "group": None}
-    logger = MetricsLogger(cfg, tmp_path, info)
+    logger = MetricsLogger(logger_cfg, tmp_path, info, {"logger": {"backend": "wandb"}, "seed": 0})
     logger.log({"kind": "eval", "step": 0, "train_time": 0.0, "eval/accuracy": 0.5, "bad": float("nan")})
     logger.finish()
     rec = read_metrics(tmp_path / "metrics.jsonl")[0]
@@ -86,8 +73,7 @@ class _Terminal(io.StringIO):
 
 
 def _redraws(file, steps: int, pause: float = 0.0, max_train_time: float = 0) -> str:
-    cfg = SimpleNamespace(max_train_time=max_train_time, max_steps=steps)
-    bar = Progress(cfg, clock=0.0, step=0, name="run", file=file)
+    bar = Progress(steps, max_train_time, clock=0.0, step=0, name="run", file=file)
     for step in range(1, steps + 1):
         bar.advance(step, clock=step * 0.5, reward=0.25)
         time.sleep(pause)

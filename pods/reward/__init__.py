@@ -1,4 +1,4 @@
-"""Reward stage: `build_reward(cfg)(completions, answers) -> RewardOutput`.
+"""Reward stage: `build_reward(reward)(completions, answers) -> RewardOutput` (reward: pods.config.RewardConfig).
 
 Reward functions live in a registry (`@register_reward("name")`), and a config weighs them by name.
 Grading is bounded in time per answer and per batch, runs in a pool of worker processes, and never runs

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from types import SimpleNamespace
 
 GOLDS = ["-4", "560", "\\frac{1}{2}", "72", "x^2+1", "1,000", "0", "\\sqrt{2}", "3.5"]
 WRAPS = [
@@ -109,10 +108,10 @@ def time_batches(reward) -> list[tuple[str, int, float, int]]:
     return rows
 
 
-def fuzz_reward_config(timeout_s: float, batch_timeout_s: float | None = None) -> SimpleNamespace:
-    """The reward config every fuzz run grades with: accuracy + 0.1 format, the default size caps."""
-    cfg = SimpleNamespace(name="fuzz", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=timeout_s,
-                          max_chars=4096, max_answer_chars=256)  # fmt: skip
+def fuzz_reward_fields(timeout_s: float, batch_timeout_s: float | None = None) -> dict:
+    """The reward settings every fuzz run grades with, as fields of pods.config.RewardConfig: accuracy + 0.1
+    format, the other limits at their defaults (`build_reward(RewardConfig(**fuzz_reward_fields(1.0)))`)."""
+    fields = dict(name="fuzz", weights={"accuracy": 1.0, "format": 0.1}, timeout_s=timeout_s)
     if batch_timeout_s is not None:
-        cfg.batch_timeout_s = batch_timeout_s
-    return cfg
+        fields["batch_timeout_s"] = batch_timeout_s
+    return fields

@@ -1,8 +1,7 @@
-"""Reward stage: a registry of reward functions and `build_reward(cfg)`, their weighted sum."""
+"""Reward stage: a registry of reward functions and `build_reward(reward)`, their weighted sum."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,46 +61,19 @@ class Reward:
         self.grader.close()
 
 
-def build_reward(cfg) -> Reward:
-    """Reward from a config: name, weights {fn name: weight}, timeout_s, max_chars, max_answer_chars, boxed,
-    rel_tol, round_to_reference, workers, batch_timeout_s (pods.config.RewardConfig says what each means)."""
-    weights = _check_weights(dict(cfg.weights))
+def build_reward(reward) -> Reward:
+    """The reward stage from its typed settings, `reward` a pods.config.RewardConfig (checked there, in
+    RewardConfig.check: registered names, weights and ranges): the weighted sum of reward.weights, graded
+    with its limits."""
     grader = Grader(
-        timeout_s=_positive(cfg, "timeout_s", 1.0),
-        max_chars=int(_positive(cfg, "max_chars", 4096)),
-        max_answer_chars=int(_positive(cfg, "max_answer_chars", 256)),
-        boxed=bool(getattr(cfg, "boxed", True)),  # fall back to the last \boxed{} without <answer>
-        rel_tol=_at_least_zero(cfg, "rel_tol", 0.0),
-        round_to_reference=bool(getattr(cfg, "round_to_reference", True)),
-        workers=int(_at_least_zero(cfg, "workers", 0)),
-        batch_timeout_s=_at_least_zero(cfg, "batch_timeout_s", 30.0) or None,
+        timeout_s=reward.timeout_s,
+        max_chars=reward.max_chars,
+        max_answer_chars=reward.max_answer_chars,
+        boxed=reward.boxed,  # fall back to the last \\boxed{} without <answer>
+        rel_tol=reward.rel_tol,
+        round_to_reference=reward.round_to_reference,
+        workers=reward.workers,
+        batch_timeout_s=reward.batch_timeout_s or None,
     )
-    return Reward(str(getattr(cfg, "name", "reward")), weights, grader.start())
-
-
-def _check_weights(weights: dict) -> dict[str, float]:
-    if not weights:
-        raise ValueError(f"reward.weights is empty; give at least one of: {', '.join(sorted(REWARDS))}")
-    for name, w in weights.items():
-        if name not in REWARDS:
-            raise ValueError(
-                f"reward.weights names {name!r}, which is not a registered reward; "
-                f"registered: {', '.join(sorted(REWARDS))} (add one with @register_reward({name!r}))"
-            )
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
-            raise ValueError(f"reward.weights.{name} = {w!r}; it must be a finite number")
-    return {str(k): float(v) for k, v in weights.items()}
-
-
-def _positive(cfg, key: str, default: float) -> float:
-    v = getattr(cfg, key, default)
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
-        raise ValueError(f"reward.{key} = {v!r}; it must be a finite number > 0 (default {default})")
-    return float(v)
-
-
-def _at_least_zero(cfg, key: str, default: float) -> float:
-    v = getattr(cfg, key, default)
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"reward.{key} = {v!r}; it must be a finite number >= 0 (default {default})")
-    return float(v)
+    weights = {str(k): float(v) for k, v in reward.weights.items()}
+    return Reward(reward.name, weights, grader.start())

@@ -1,22 +1,40 @@
 """The rollout stage's extension point: the `Generator` interface and the backend registry.
 
 A backend is a class registered with `@register_backend("name")`; `rollout.backend=name` then builds it
-through `from_config`. Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs
-about it, so no other module asks which backend is configured:
+through `from_config(settings, model, tokenizer, device, timer)`. `settings` is a `RolloutSettings`: the
+rollout group and the model and hardware groups generation depends on, typed (pods/config.py), not the
+whole config. Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs about it,
+so no other module asks which backend is configured:
 
-    supports_fsdp           can it run beside hardware.distributed=fsdp (config check)
-    preflight(cfg)          checks before any weights load (an engine installed, its version)
-    card_share(cfg)         share of the GPU the backend's own engine takes (pods/memory.py sizes the rest)
-    keeps_generation_copy   whether it keeps a copy of the weights in the compute dtype (pods/memory.py)
+    supports_fsdp                          can it run beside hardware.distributed=fsdp (config check)
+    preflight(settings)                    checks before any weights load (an engine installed, its version)
+    card_share(settings)                   share of the GPU its own engine takes (pods/memory.py sizes the rest)
+    keeps_generation_copy(settings, device)  whether it keeps a copy of the weights in the compute dtype
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pods.batch import Rollouts
+from pods.config import HardwareConfig, ModelConfig, RolloutConfig, TrainConfig
 from pods.errors import ConfigError
 from pods.registry import Registry
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What a rollout backend reads: its own group and the model and hardware it generates with."""
+
+    rollout: RolloutConfig
+    model: ModelConfig  # path, prompt/completion lengths, dtype, LoRA rank
+    hardware: HardwareConfig  # compute dtype, LoRA, 4-bit base, an engine's share of the card
+    seed: int  # an engine's sampling seed (the HF backend draws from torch's global generator)
+
+    @classmethod
+    def from_config(cls, c: TrainConfig) -> RolloutSettings:
+        return cls(c.rollout, c.model, c.hardware, c.seed)
 
 
 @runtime_checkable
@@ -51,19 +69,19 @@ class Backend:
     supports_fsdp: ClassVar[bool] = True
 
     @classmethod
-    def from_config(cls, cfg, model, tokenizer, device, timer=None) -> Generator:
+    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
         raise NotImplementedError(f"{cls.__name__}.from_config")
 
     @staticmethod
-    def preflight(cfg) -> None:
+    def preflight(settings: RolloutSettings) -> None:
         pass
 
     @staticmethod
-    def card_share(cfg) -> float:
+    def card_share(settings: RolloutSettings) -> float:
         return 0.0
 
     @staticmethod
-    def keeps_generation_copy(cfg, device) -> bool:
+    def keeps_generation_copy(settings: RolloutSettings, device) -> bool:
         return False
 
 
@@ -75,29 +93,30 @@ def register_backend(name: str):
     return BACKENDS.register(name)
 
 
-def backend_class(cfg) -> type[Backend]:
-    """The class registered under rollout.backend (KeyError listing the registered names otherwise)."""
-    return BACKENDS.get_or_raise(cfg.rollout.backend, "rollout.backend")
+def backend_class(name: str) -> type[Backend]:
+    """The class registered under `name` (rollout.backend; KeyError listing the registered names otherwise)."""
+    return BACKENDS.get_or_raise(name, "rollout.backend")
 
 
-def check_backend(cfg) -> type[Backend]:
+def check_backend(settings: RolloutSettings) -> type[Backend]:
     """The config checks that depend on the backend (run in preflight, beside pods.config.validate, which
     stays below the rollout stage): rollout.backend is registered, and it supports the hardware profile."""
-    name = cfg.rollout.backend
+    name = settings.rollout.backend
     if name not in BACKENDS:
         raise ConfigError(
             f"rollout.backend={name!r} is not valid; allowed values: {', '.join(sorted(BACKENDS))}"
         )
-    if cfg.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
+    if settings.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
         raise ConfigError(
             f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
         )
     return BACKENDS[name]
 
 
-def build_generator(cfg, model, tokenizer, device, timer=None) -> Generator:
+def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
     """Build the backend named by rollout.backend and check that it has the Generator interface."""
-    gen = backend_class(cfg).from_config(cfg, model, tokenizer, device, timer)
+    name = settings.rollout.backend
+    gen = backend_class(name).from_config(settings, model, tokenizer, device, timer)
     if not isinstance(gen, Generator):
         missing = [
             k
@@ -105,7 +124,7 @@ def build_generator(cfg, model, tokenizer, device, timer=None) -> Generator:
             if not hasattr(gen, k)
         ]
         raise TypeError(
-            f"rollout.backend={cfg.rollout.backend!r} built a {type(gen).__name__} without {', '.join(missing)} "
+            f"rollout.backend={name!r} built a {type(gen).__name__} without {', '.join(missing)} "
             "(see pods.rollout.backend.Generator)"
         )
     return gen

@@ -26,7 +26,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts, Sampling
-from pods.rollout.backend import Backend, register_backend
+from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
 
 
@@ -78,33 +78,33 @@ class _StopRows(StoppingCriteria):
         return self.done
 
 
-def use_compiled(cfg, device) -> bool:
+def use_compiled(settings: RolloutSettings, device) -> bool:
     """rollout.compile: auto = on for CUDA (decoding small batches is launch-bound there), off on CPU
     (compiling costs tens of seconds; not measured faster there) and with a 4-bit base (its packed weights
     cannot be copied into the bf16 generation copy)."""
-    choice = str(cfg.rollout.compile).lower()
+    choice = str(settings.rollout.compile).lower()
     if choice == "auto":
-        return device.type == "cuda" and not cfg.hardware.load_in_4bit
+        return device.type == "cuda" and not settings.hardware.load_in_4bit
     return choice == "true"
 
 
 @register_backend("hf")
 class HFGenerator(Backend):
     @classmethod
-    def from_config(cls, cfg, model, tokenizer, device, timer=None) -> HFGenerator:
+    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> HFGenerator:
         from pods.models import resolve_dtype
 
-        r = cfg.rollout
+        r, m = settings.rollout, settings.model
         return cls(
-            model, tokenizer, device, r.batch_size, cfg.model.max_completion_len,
-            compiled=use_compiled(cfg, device), dtype=resolve_dtype(cfg, device),
-            prompt_bucket=r.prompt_bucket, max_prompt_len=cfg.model.max_prompt_len, timer=timer,
+            model, tokenizer, device, r.batch_size, m.max_completion_len,
+            compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
+            prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
             share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt,
         )  # fmt: skip
 
     @staticmethod
-    def keeps_generation_copy(cfg, device) -> bool:
-        return use_compiled(cfg, device)  # the compiled path decodes from a compute-dtype copy
+    def keeps_generation_copy(settings: RolloutSettings, device) -> bool:
+        return use_compiled(settings, device)  # the compiled path decodes from a compute-dtype copy
 
     def __init__(
         self,

@@ -34,11 +34,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from pods.batch import Rollouts, Sampling
 from pods.errors import ConfigError
-from pods.rollout.backend import Backend, register_backend
+from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 
 log = logging.getLogger("pods")
@@ -110,17 +109,20 @@ def lora_rank_slot(r: int) -> int:
     raise ConfigError(f"model.lora.r={r} is above vLLM's largest max_lora_rank {LORA_RANK_SLOTS[-1]}")
 
 
-def engine_kwargs(cfg, rank: int = 0, sleep: bool = False, device_type: str = "cuda") -> dict:
-    """Arguments of vllm.LLM for the colocated engine, from the run config."""
+def engine_kwargs(
+    settings: RolloutSettings, rank: int = 0, sleep: bool = False, device_type: str = "cuda"
+) -> dict:
+    """Arguments of vllm.LLM for the colocated engine, from the rollout settings."""
     from pods.models import resolve_dtype
 
-    m, hw = cfg.model, cfg.hardware
+    m, hw = settings.model, settings.hardware
+    dtype = resolve_dtype(m, hw, torch.device(device_type))
     kw = dict(
         model=m.path,
-        dtype=str(resolve_dtype(cfg, torch.device(device_type))).removeprefix("torch."),  # the HF backend's
+        dtype=str(dtype).removeprefix("torch."),  # the HF backend's
         max_model_len=m.max_prompt_len + m.max_completion_len,
-        max_num_seqs=cfg.rollout.batch_size,  # sequences decoded at once: vLLM's analogue of the HF chunk size
-        seed=cfg.seed + rank,  # ranks draw different samples for their different prompts
+        max_num_seqs=settings.rollout.batch_size,  # sequences decoded at once: vLLM's analogue of the HF chunk size
+        seed=settings.seed + rank,  # ranks draw different samples for their different prompts
         trust_remote_code=m.trust_remote_code,
     )
     if device_type == "cpu":
@@ -291,34 +293,32 @@ class VLLMGenerator(Backend):
     supports_fsdp = False  # the engine would need the gathered weights pushed each step; not built yet
 
     @classmethod
-    def from_config(cls, cfg, model, tokenizer, device, timer=None) -> VLLMGenerator:
-        return cls(cfg, model, tokenizer, device)
+    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> VLLMGenerator:
+        return cls(settings, model, tokenizer, device)
 
     @staticmethod
-    def preflight(cfg) -> None:
+    def preflight(settings: RolloutSettings) -> None:
         require_vllm()
 
     @staticmethod
-    def card_share(cfg) -> float:
-        return cfg.hardware.vllm_gpu_memory_utilization  # the engine's weights and KV cache live there
+    def card_share(settings: RolloutSettings) -> float:
+        return settings.hardware.vllm_gpu_memory_utilization  # the engine's weights and KV cache live there
 
-    def __init__(self, cfg, model, tokenizer, device, sleep: bool | None = None):
+    def __init__(self, settings: RolloutSettings, model, tokenizer, device, sleep: bool | None = None):
         device = torch.device(device)
         set_engine_env(device.type)
         from vllm import LLM, SamplingParams
 
         self.SamplingParams = SamplingParams
         self.tok, self.device = tokenizer, device
-        self.max_tokens = cfg.model.max_completion_len
+        self.max_tokens = settings.model.max_completion_len
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.lora = bool(cfg.hardware.lora)
+        self.lora = settings.hardware.lora
         # sleep between rollouts frees vLLM's weights and KV cache for the update (needs enable_sleep_mode)
-        if sleep is None:
-            sleep = OmegaConf.select(cfg, "rollout.vllm_sleep_mode", default=False)
-        self.sleep = bool(sleep)
+        self.sleep = settings.rollout.vllm_sleep_mode if sleep is None else bool(sleep)
         self.llm = start_engine(
-            LLM, engine_kwargs(cfg, int(os.environ.get("RANK", 0)), self.sleep, device.type)
+            LLM, engine_kwargs(settings, int(os.environ.get("RANK", 0)), self.sleep, device.type)
         )
         self.asleep: set[str] = set()
         self.lora_request = None  # a fresh peft adapter is a no-op (B = 0): the base model is the policy

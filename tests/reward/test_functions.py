@@ -1,11 +1,10 @@
-"""Reward functions, their weighted sum, the registry and the config errors."""
+"""Reward functions, their weighted sum, the registry and the config errors (RewardConfig.check)."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
+from pods.config import RewardConfig
 from pods.reward import REWARDS, Reward, RewardOutput, build_reward, register_reward
 from pods.reward.functions import FORMAT_ANSWER_ONLY, FORMAT_FULL, accuracy, format_reward
 
@@ -14,14 +13,7 @@ BARE = "<answer>4</answer>"
 
 
 def cfg(**kw):
-    base = dict(
-        name="t",
-        weights={"accuracy": 1.0, "format": 0.1},
-        timeout_s=1.0,
-        max_chars=4096,
-        max_answer_chars=256,
-    )
-    return SimpleNamespace(**(base | kw))
+    return RewardConfig(**({"name": "t", "weights": {"accuracy": 1.0, "format": 0.1}} | kw))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +77,7 @@ def length(completions, answers, **kw):
 
 def test_registered_reward_is_usable_by_name():
     assert REWARDS["test_length"] is length
-    r = build_reward(OmegaConf.create(vars(cfg(weights={"test_length": 2.0, "accuracy": 1.0}))))
+    r = build_reward(cfg(weights={"test_length": 2.0, "accuracy": 1.0}))
     out = r(["<answer>\\frac{8}{2}</answer>"], ["4"])  # 28 characters, graded by math-verify
     assert out.terms["test_length"] == [2.8] and out.total == pytest.approx([6.6])
     r.close()
@@ -98,24 +90,24 @@ def test_registering_a_name_twice_fails():
 
 def test_unknown_reward_lists_the_registered_names():
     with pytest.raises(ValueError, match=r"'acuracy'.*registered: .*accuracy.*format"):
-        build_reward(cfg(weights={"acuracy": 1.0}))
+        cfg(weights={"acuracy": 1.0}).check()
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "1.0", None])
 def test_non_finite_weight_fails(bad):
     with pytest.raises(ValueError, match="reward.weights.format"):
-        build_reward(cfg(weights={"accuracy": 1.0, "format": bad}))
+        cfg(weights={"accuracy": 1.0, "format": bad}).check()
 
 
 @pytest.mark.parametrize("field, bad", [("timeout_s", 0.0), ("timeout_s", math.inf), ("max_chars", -1)])
 def test_bad_limits_fail(field, bad):
     with pytest.raises(ValueError, match=f"reward.{field}"):
-        build_reward(cfg(**{field: bad}))
+        cfg(**{field: bad}).check()
 
 
 def test_empty_weights_fail():
     with pytest.raises(ValueError, match="empty"):
-        build_reward(cfg(weights={}))
+        cfg(weights={}).check()
 
 
 def test_length_mismatch_fails(reward):

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pods.config import RewardConfig
 from pods.reward import build_reward
-from pods.reward.fuzz import GOLDS, SOUP, WRAPS, adversarial_corpus, fuzz_reward_config
+from pods.reward.fuzz import GOLDS, SOUP, WRAPS, adversarial_corpus, fuzz_reward_fields
 
 TIMEOUT_S = 0.2
 BOUND_S = TIMEOUT_S + 0.5  # kill, reap and a scheduler hiccup on a busy 2-core machine
@@ -22,7 +23,7 @@ SETTINGS = settings(max_examples=150, deadline=None, database=None)
 
 @pytest.fixture(scope="module")
 def reward():
-    r = build_reward(fuzz_reward_config(TIMEOUT_S))
+    r = build_reward(RewardConfig(**fuzz_reward_fields(TIMEOUT_S)))
     yield r
     r.close()
 

@@ -56,7 +56,7 @@ def collector(dynamic: bool, prefilter=None, want: int = 4, order=None):
     if order is not None:  # a fixed draw order
         draws = iter(order)
         sampler.next = lambda k: [(next(draws), 0) for _ in range(k)]
-    dist = Dist(SimpleNamespace(hardware=SimpleNamespace(distributed="none")), torch.device("cpu"))
+    dist = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
     backend = FakeBackend()
     c = RolloutCollector(
         s, sampler, prefilter or NoFilter(), backend, reward, PROMPTS, ["1"] * 16, PhaseTimer(), dist
@@ -102,7 +102,7 @@ def test_prefilter_skips_are_counted_and_never_generated():
 def test_useful_groups_and_rank_positions():
     r = torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     assert useful_groups(r, 5) == [1, 3, 4] and useful_groups(r, 2) == [1, 3]
-    d = Dist(SimpleNamespace(hardware=SimpleNamespace(distributed="none")), torch.device("cpu"))
+    d = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
     d.world = 2  # 5 items sharded: rank 0 holds items 0, 2, 4 (gathered positions 0-2), rank 1 items 1, 3
     d.rank = 0
     assert d.local_positions([1, 3, 4], 5) == [1]

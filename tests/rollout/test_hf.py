@@ -151,13 +151,17 @@ def test_generation_copy_merges_lora(tiny, lora_kw):
 
 
 def test_compile_auto_is_on_for_cuda_only_and_never_with_a_4bit_base(make_cfg):
-    from pods.rollout import use_compiled
+    from pods.config import settings
+    from pods.rollout import RolloutSettings, use_compiled
+
+    def gen(*overrides):
+        return RolloutSettings.from_config(settings(make_cfg(*overrides)))
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
-    assert not use_compiled(make_cfg(), cpu) and use_compiled(make_cfg(), cuda)
-    assert not use_compiled(make_cfg("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
-    assert use_compiled(make_cfg("rollout.compile=true"), cpu)
-    assert not use_compiled(make_cfg("rollout.compile=false"), cuda)
+    assert not use_compiled(gen(), cpu) and use_compiled(gen(), cuda)
+    assert not use_compiled(gen("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
+    assert use_compiled(gen("rollout.compile=true"), cpu)
+    assert not use_compiled(gen("rollout.compile=false"), cuda)
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from pods.config import ConfigError, TrainConfig
+from pods.config import ConfigError, HardwareConfig, LoraConfig, ModelConfig, RolloutConfig
+from pods.rollout import RolloutSettings
 from pods.rollout.vllm import (
     VLLMGenerator,
     engine_kwargs,
@@ -148,15 +148,14 @@ def tiny_model():
 
 
 def vllm_cfg(**hardware):
-    cfg = OmegaConf.structured(TrainConfig)
-    OmegaConf.set_struct(cfg, True)  # as Hydra composes it: unknown keys (rollout.vllm_sleep_mode) are absent
-    cfg.model.path, cfg.model.max_prompt_len, cfg.model.max_completion_len = "/models/tiny", 16, 8
-    cfg.model.lora.r = 48
-    cfg.hardware.dtype, cfg.hardware.vllm_gpu_memory_utilization = "bfloat16", 0.4
-    cfg.rollout.batch_size, cfg.seed = 512, 7
-    for k, v in hardware.items():
-        cfg.hardware[k] = v
-    return cfg
+    """The rollout settings of a tiny vLLM run (a bf16 GPU profile); `hardware` overrides its fields."""
+    model = ModelConfig(
+        name="tiny", path="/models/tiny", max_prompt_len=16, max_completion_len=8, lora=LoraConfig(r=48)
+    )
+    hw = HardwareConfig(
+        **{"name": "gpu", "dtype": "bfloat16", "vllm_gpu_memory_utilization": 0.4, **hardware}
+    )
+    return RolloutSettings(RolloutConfig(backend="vllm", batch_size=512), model, hw, seed=7)
 
 
 # --- preflight and pure mappings ------------------------------------------------------------------

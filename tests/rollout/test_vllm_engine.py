@@ -13,11 +13,13 @@ import torch
 
 pytest.importorskip("vllm")
 
+from pods.config import settings  # noqa: E402
 from pods.data.prompts import load_prompt_sets  # noqa: E402
 from pods.distributed import Dist  # noqa: E402
 from pods.eval import EvalSettings, evaluate  # noqa: E402
 from pods.models import load_policy, load_tokenizer  # noqa: E402
 from pods.reward import build_reward  # noqa: E402
+from pods.rollout import RolloutSettings  # noqa: E402
 from pods.rollout.hf import HFGenerator, completion_mask_from_eos  # noqa: E402
 from pods.rollout.vllm import EngineStartError, VLLMGenerator  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402
@@ -29,8 +31,8 @@ Z_MAX = 4.0  # |difference| / standard error above which two sample means are ca
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    cfg = compose_cfg(["rollout=vllm", "hardware=cpu"], tmp_path_factory.mktemp("run"))
-    tok = load_tokenizer(cfg)
+    cfg = settings(compose_cfg(["rollout=vllm", "hardware=cpu"], tmp_path_factory.mktemp("run")))
+    tok = load_tokenizer(cfg.model)
     _, eval_set = load_prompt_sets(cfg.dataset, cfg.model, tok)
     return cfg, tok, eval_set
 
@@ -42,8 +44,8 @@ def engine(request, setup):
     cfg = copy.deepcopy(cfg)
     cfg.hardware.lora = request.param == "lora"
     torch.manual_seed(0)
-    model, _ = load_policy(cfg, CPU)
-    gen = VLLMGenerator(cfg, model, tok, CPU)
+    model, _ = load_policy(cfg.model, cfg.hardware, CPU)
+    gen = VLLMGenerator(RolloutSettings.from_config(cfg), model, tok, CPU)
     yield request.param, model, gen, HFGenerator(model, tok, CPU, 256, cfg.model.max_completion_len)
     del gen
     gc.collect()  # the engine's process group goes with it
@@ -129,7 +131,7 @@ def test_eval_accuracy_through_vllm_equals_hf(setup, engine):
     mode, _, gen, hf = engine
     if mode == "lora":
         pytest.skip("a fresh adapter is a no-op: the same policy as the full mode's")
-    es, reward, dist = EvalSettings.from_config(cfg), build_reward(cfg.reward), Dist(cfg, CPU)
+    es, reward, dist = EvalSettings.from_config(cfg), build_reward(cfg.reward), Dist(cfg.hardware, CPU)
     v, _ = evaluate(gen, reward, eval_set.prompts, eval_set.answers, es, dist)
     h, _ = evaluate(hf, reward, eval_set.prompts, eval_set.answers, es, dist)
     assert v["eval/accuracy"] == h["eval/accuracy"] and 0 < h["eval/accuracy"] < 1
@@ -216,7 +218,7 @@ def test_resumed_run_syncs_the_engine_to_the_checkpoint(tmp_path, lora):
     gc.collect()
     resumed = Trainer(compose_cfg([*common, "resume=true"], tmp_path), tmp_path)
     prompts = resumed.eval_set.prompts[:8]
-    base, _ = load_policy(resumed.cfg, CPU)
+    base, _ = load_policy(resumed.settings.model, resumed.settings.hardware, CPU)
     assert resumed.step == 3 and not engine_matches(resumed.generator, base, prompts)  # training moved it
     assert engine_matches(resumed.generator, resumed.model, prompts)
     del resumed
@@ -230,9 +232,9 @@ def test_an_engine_that_cannot_start_fails_in_one_line_with_its_root_cause(setup
     cfg, tok, _ = setup
     cfg = copy.deepcopy(cfg)
     cfg.model.max_prompt_len = 1000  # the tiny model has 256 positions
-    model, _ = load_policy(cfg, CPU)
+    model, _ = load_policy(cfg.model, cfg.hardware, CPU)
     with pytest.raises(EngineStartError) as e:
-        VLLMGenerator(cfg, model, tok, CPU)
+        VLLMGenerator(RolloutSettings.from_config(cfg), model, tok, CPU)
     msg = str(e.value)
     assert "\n" not in msg and e.value.__suppress_context__
     assert msg.startswith("rollout=vllm: the vLLM engine did not start: ValidationError:")

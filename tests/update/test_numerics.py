@@ -50,7 +50,9 @@ def run_update(adv, lengths=(3, 3, 3, 3)):
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     us = UpdateSettings.from_config(cfg())
-    stats = policy_update(model, batch(adv, lengths), opt, sched, us, torch.device("cpu"), Dist(cfg(), None))
+    stats = policy_update(
+        model, batch(adv, lengths), opt, sched, us, torch.device("cpu"), Dist(cfg().hardware, None)
+    )
     changed = any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     finite = all(torch.isfinite(v).all() for v in model.state_dict().values())
     return stats, changed, finite
@@ -94,5 +96,5 @@ def test_lockstep_rank_without_groups_runs_only_dummy_forwards():
         calls.append(kw["input_ids"].shape)
         return SimpleNamespace(logits=torch.zeros(1, 1, 4))
 
-    out = batch_logprobs(model, None, [], torch.device("cpu"), Dist(cfg(), None), passes=3)
+    out = batch_logprobs(model, None, [], torch.device("cpu"), Dist(cfg().hardware, None), passes=3)
     assert out is None and calls == [torch.Size([1, 1])] * 3

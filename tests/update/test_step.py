@@ -51,7 +51,7 @@ def test_any_split_gives_the_same_update():
         c.hardware.micro_batch_size, c.hardware.micro_batch_tokens = rows, tokens
         c.hardware.width_bucket = bucket  # padded widths: more masked columns, the same gradient
         us = UpdateSettings.from_config(c)
-        stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c, None))
+        stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None))
         results.append((stats["update/loss"], [p.detach().clone() for p in model.parameters()]))
     for loss, params in results[1:]:
         assert abs(loss - results[0][0]) < 1e-6
