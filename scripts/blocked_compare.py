@@ -20,8 +20,13 @@ from pods.analysis.peak import RULES, make_rule
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--block", action="append", required=True, metavar="NAME=PATH",
-                   help="a block: its name and a sweep dir (repeat; at least two)")
+    p.add_argument(
+        "--block",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="a block: its name and a sweep dir (repeat; at least two)",
+    )
     p.add_argument("--baseline", required=True, help="the variant to beat (a run-group name)")
     p.add_argument("--rule", choices=sorted(RULES), default="paper")
     p.add_argument("--x", default="train_time", choices=("train_time", "step", "rollouts"))
@@ -36,8 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         if any(len(x) != 2 or not x[0] for x in pairs):
             raise CompareError("--block takes NAME=PATH")
         rule = make_rule(args.rule, None, None, None, None)
-        blocks = {name: build_curves(load_inputs([path]), args.x, rule.time_read, args.grid_step,
-                                     args.x_min, args.x_max, rule.max_gap) for name, path in pairs}
+        blocks = {
+            name: build_curves(
+                load_inputs([path]),
+                args.x,
+                rule.time_read,
+                args.grid_step,
+                args.x_min,
+                args.x_max,
+                rule.max_gap,
+            )
+            for name, path in pairs
+        }
         rows = blocked_summary(blocks, args.baseline, rule, args.n_boot, args.seed)
     except CompareError as e:
         print(f"blocked_compare: error: {e}", file=sys.stderr)

@@ -30,8 +30,15 @@ def points(csv: str, selector: str) -> pd.DataFrame:
         if hit and hit["sel"] == selector and r["variant"] != r["baseline"]:
             # a variant that never reaches the threshold has no time (NaN in the CSV): speedup 0
             sp = 0.0 if pd.isna(r["speedup"]) else r["speedup"]
-            rows.append({"n": int(hit["n"]), "m": int(hit["m"]), "speedup": sp,
-                         "lo": r["speedup_lo"], "hi": r["speedup_hi"]})
+            rows.append(
+                {
+                    "n": int(hit["n"]),
+                    "m": int(hit["m"]),
+                    "speedup": sp,
+                    "lo": r["speedup_lo"],
+                    "hi": r["speedup_hi"],
+                }
+            )
     return pd.DataFrame(rows, columns=["n", "m", "speedup", "lo", "hi"])
 
 
@@ -39,8 +46,16 @@ def draw(ax, df: pd.DataFrame, key: str, hollow: bool, label: str) -> None:
     df = df.sort_values(key)
     y = df["speedup"].to_numpy(float)
     err = np.array([np.clip(y - df["lo"], 0, None), np.clip(df["hi"] - y, 0, None)])
-    ax.errorbar(df[key], y, yerr=err, fmt="o" if not hollow else "s", mfc="none" if hollow else None,
-                capsize=4, linestyle="-" if not hollow else "none", label=label)
+    ax.errorbar(
+        df[key],
+        y,
+        yerr=err,
+        fmt="o" if not hollow else "s",
+        mfc="none" if hollow else None,
+        capsize=4,
+        linestyle="-" if not hollow else "none",
+        label=label,
+    )
 
 
 def main() -> None:

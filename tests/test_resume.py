@@ -15,7 +15,15 @@ from pods.tracking import read_metrics
 from pods.train import run
 from tests.conftest import SAME_RUN_KEYS, SMOKE
 
-COMMON = [*SMOKE, "prefilter=greso", "dynamic_sampling.enabled=true", "selector=max_variance", "selector.n=8", "selector.m=4", "eval.at_end=false"]
+COMMON = [
+    *SMOKE,
+    "prefilter=greso",
+    "dynamic_sampling.enabled=true",
+    "selector=max_variance",
+    "selector.n=8",
+    "selector.m=4",
+    "eval.at_end=false",
+]
 COMPONENTS = {
     "scheduler",
     "sampler",

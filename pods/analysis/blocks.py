@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations, product
-from math import comb
 
 import numpy as np
 
@@ -62,12 +61,16 @@ def _block_threshold(base: np.ndarray, rule: Rule) -> np.ndarray:
 def block_speedup(base: Curves, var: Curves, rule: Rule) -> float:
     """One block's speedup under `rule` (curves already scored: T <= 0 blanked)."""
     thr = _block_threshold(base.values, rule)
-    return float(speedup(variant_time(base.grid, base.values, thr, rule),
-                         variant_time(base.grid, var.values, thr, rule)))
+    return float(
+        speedup(
+            variant_time(base.grid, base.values, thr, rule), variant_time(base.grid, var.values, thr, rule)
+        )
+    )
 
 
-def stratified_permutation_pvalue(pairs: list[tuple[np.ndarray, np.ndarray]], max_exact: int = 200_000,
-                                  seed: int = 0) -> float:
+def stratified_permutation_pvalue(
+    pairs: list[tuple[np.ndarray, np.ndarray]], max_exact: int = 200_000, seed: int = 0
+) -> float:
     """Exact (or sampled) one-sided permutation p over blocks. Each pair is (baseline per-seed times,
     variant per-seed times) in one block; labels are permuted within blocks only."""
     per_block = []
@@ -91,8 +94,9 @@ def stratified_permutation_pvalue(pairs: list[tuple[np.ndarray, np.ndarray]], ma
     return float(np.mean(null >= observed - 1e-9))
 
 
-def blocked_summary(blocks: dict[str, dict[str, Curves]], baseline: str, rule: Rule,
-                    n_boot: int = 2000, seed: int = 0) -> list[BlockedRow]:
+def blocked_summary(
+    blocks: dict[str, dict[str, Curves]], baseline: str, rule: Rule, n_boot: int = 2000, seed: int = 0
+) -> list[BlockedRow]:
     """Compare every variant with `baseline` block by block (see the module docstring).
 
     Args:
@@ -104,8 +108,10 @@ def blocked_summary(blocks: dict[str, dict[str, Curves]], baseline: str, rule: R
     names = [set(b) for b in blocks.values()]
     common = set.intersection(*names)
     if baseline not in common:
-        raise CompareError(f"baseline {baseline!r} is not in every block; variants in all blocks: "
-                           f"{', '.join(sorted(common)) or 'none'}")
+        raise CompareError(
+            f"baseline {baseline!r} is not in every block; variants in all blocks: "
+            f"{', '.join(sorted(common)) or 'none'}"
+        )
     scored = {k: {v: scored_curves(c) for v, c in b.items()} for k, b in blocks.items()}
     rng = np.random.default_rng(seed)
     rows = []
@@ -116,14 +122,19 @@ def blocked_summary(blocks: dict[str, dict[str, Curves]], baseline: str, rule: R
             per_block[k] = block_speedup(base, var, rule)
             thr = _block_threshold(base.values, rule)
             interp = rule.time_read == "interpolate"
-            pairs.append((time_to_threshold(base.grid, base.values, thr, interp),
-                          time_to_threshold(base.grid, var.values, thr, interp)))
+            pairs.append(
+                (
+                    time_to_threshold(base.grid, base.values, thr, interp),
+                    time_to_threshold(base.grid, var.values, thr, interp),
+                )
+            )
             if n_boot:
                 bb = resample_seeds(base.values, n_boot, rng)
                 bv = resample_seeds(var.values, n_boot, rng)
                 bthr = rule_threshold(bb, rule)
-                boot_logs.append(speedup(variant_time(base.grid, bb, bthr, rule),
-                                         variant_time(base.grid, bv, bthr, rule)))
+                boot_logs.append(
+                    speedup(variant_time(base.grid, bb, bthr, rule), variant_time(base.grid, bv, bthr, rule))
+                )
         combined = float(geometric_mean(np.array(list(per_block.values()))))
         lo = hi = p_boot = np.nan
         if n_boot:
@@ -131,8 +142,11 @@ def blocked_summary(blocks: dict[str, dict[str, Curves]], baseline: str, rule: R
             lo, hi = percentile_interval(boots)
             s = boots[~np.isnan(boots)]
             p_boot = float(np.mean(s <= 1.0)) if s.size else np.nan
-        rows.append(BlockedRow(variant, per_block, combined, lo, hi, p_boot,
-                               stratified_permutation_pvalue(pairs, seed=seed)))
+        rows.append(
+            BlockedRow(
+                variant, per_block, combined, lo, hi, p_boot, stratified_permutation_pvalue(pairs, seed=seed)
+            )
+        )
     return rows
 
 
@@ -161,9 +175,12 @@ def paired_gaps(base: Curves, var: Curves) -> dict[str, float]:
 def gaps_markdown(blocks: dict[str, dict[str, Curves]], baseline: str) -> str:
     """Exploratory: per variant, the paired seed gaps over the baseline in every block."""
     common = sorted(set.intersection(*(set(b) for b in blocks.values())) - {baseline})
-    lines = [f"Paired accuracy gap over {baseline} (each seed's mean over the checkpoints T > 0 of its curve minus "
-             "the same seed's baseline curve; exploratory, not pre-registered)\n",
-             "| variant | seeds | mean gap | seeds above 0 | per seed |", "|---|---|---|---|---|"]
+    lines = [
+        f"Paired accuracy gap over {baseline} (each seed's mean over the checkpoints T > 0 of its curve minus "
+        "the same seed's baseline curve; exploratory, not pre-registered)\n",
+        "| variant | seeds | mean gap | seeds above 0 | per seed |",
+        "|---|---|---|---|---|",
+    ]
     for v in common:
         gaps = {f"{k}/s{s}": g for k, b in blocks.items() for s, g in paired_gaps(b[baseline], b[v]).items()}
         vals = np.array(list(gaps.values()))
@@ -174,14 +191,21 @@ def gaps_markdown(blocks: dict[str, dict[str, Curves]], baseline: str) -> str:
 
 def to_markdown(rows: list[BlockedRow], baseline: str, rule: Rule, n_boot: int, seed: int) -> str:
     blocks = list(rows[0].block_speedups) if rows else []
-    head = (f"Blocked read (each block its own threshold and times under rule '{rule.name}'; combined = geometric "
-            f"mean of block speedups; 95% percentile bootstrap over seeds within block and variant, {n_boot} "
-            f"resamples, seed {seed}; p_perm exact stratified permutation on per-seed times). Baseline: "
-            f"{baseline}.\n\n")
+    head = (
+        f"Blocked read (each block its own threshold and times under rule '{rule.name}'; combined = geometric "
+        f"mean of block speedups; 95% percentile bootstrap over seeds within block and variant, {n_boot} "
+        f"resamples, seed {seed}; p_perm exact stratified permutation on per-seed times). Baseline: "
+        f"{baseline}.\n\n"
+    )
     cols = ["variant", *[f"speedup in {b}" for b in blocks], "combined [95% CI]", "p_boot", "p_perm"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        cells = [r.variant, *[f"{r.block_speedups[b]:.2f}x" for b in blocks],
-                 f"{r.speedup:.2f}x [{r.lo:.2f}, {r.hi:.2f}]", f"{r.p_boot:.3f}", f"{r.p_perm:.3f}"]
+        cells = [
+            r.variant,
+            *[f"{r.block_speedups[b]:.2f}x" for b in blocks],
+            f"{r.speedup:.2f}x [{r.lo:.2f}, {r.hi:.2f}]",
+            f"{r.p_boot:.3f}",
+            f"{r.p_perm:.3f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"

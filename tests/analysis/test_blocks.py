@@ -16,11 +16,15 @@ def curves(*seeds):
 
 
 # block A starts low: baseline peaks 0.50 (threshold 0.495) at 40; the variant reaches it at 20 -> 2x
-A = {"base": curves([0.1, 0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5]),
-     "fast": curves([0.1, 0.3, 0.5, 0.5, 0.5], [0.1, 0.3, 0.5, 0.5, 0.5])}
+A = {
+    "base": curves([0.1, 0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5]),
+    "fast": curves([0.1, 0.3, 0.5, 0.5, 0.5], [0.1, 0.3, 0.5, 0.5, 0.5]),
+}
 # block B starts high: baseline peaks 0.90 at 20 (threshold 0.891); the variant reaches it at 20 -> 1x
-B = {"base": curves([0.6, 0.8, 0.9, 0.9, 0.9], [0.6, 0.8, 0.9, 0.9, 0.9]),
-     "fast": curves([0.6, 0.8, 0.9, 0.9, 0.9], [0.6, 0.8, 0.9, 0.9, 0.9])}
+B = {
+    "base": curves([0.6, 0.8, 0.9, 0.9, 0.9], [0.6, 0.8, 0.9, 0.9, 0.9]),
+    "fast": curves([0.6, 0.8, 0.9, 0.9, 0.9], [0.6, 0.8, 0.9, 0.9, 0.9]),
+}
 
 
 def test_each_block_reads_its_own_threshold_and_blocks_combine_by_geometric_mean():
@@ -63,10 +67,20 @@ def test_a_baseline_missing_from_a_block_is_refused_with_the_choices():
 def test_paired_gaps_pair_runs_by_seed_and_skip_the_start():
     from pods.analysis.blocks import paired_gaps
 
-    base = Curves(GRID, np.array([[0.5, 0.1, 0.1, 0.1, 0.1], [0.5, 0.2, 0.2, 0.2, 0.2]]),
-                  ["none-n16-m16-s2", "none-n16-m16-s1"], np.zeros(2), np.zeros(2))
-    var = Curves(GRID, np.array([[0.0, 0.3, 0.3, 0.3, 0.3], [0.0, 0.1, 0.1, 0.1, 0.1]]),
-                 ["max_variance-n64-m16-s1", "max_variance-n64-m16-s2"], np.zeros(2), np.zeros(2))
+    base = Curves(
+        GRID,
+        np.array([[0.5, 0.1, 0.1, 0.1, 0.1], [0.5, 0.2, 0.2, 0.2, 0.2]]),
+        ["none-n16-m16-s2", "none-n16-m16-s1"],
+        np.zeros(2),
+        np.zeros(2),
+    )
+    var = Curves(
+        GRID,
+        np.array([[0.0, 0.3, 0.3, 0.3, 0.3], [0.0, 0.1, 0.1, 0.1, 0.1]]),
+        ["max_variance-n64-m16-s1", "max_variance-n64-m16-s2"],
+        np.zeros(2),
+        np.zeros(2),
+    )
     # s1: 0.3 - 0.2; s2: 0.1 - 0.1; the start (T = 0, where they differ by 0.5) is not counted
     assert paired_gaps(base, var) == {"1": pytest.approx(0.1), "2": pytest.approx(0.0)}
     with pytest.raises(CompareError, match="-s<seed>"):
