@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from pods.checkpoint import RngStreams
-from pods.config import TrainConfig, settings
+from pods.config import TrainConfig, validate
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
@@ -50,9 +50,10 @@ log = logging.getLogger("pods")
 
 class Trainer:
     def __init__(self, config: TrainConfig | DictConfig, run_dir: Path, callbacks=()):
-        """`config`: the run's typed settings (pods.train.preflight's), or a composed config to type here."""
+        """`config`: the run's typed settings (pods.train.preflight's), or a composed config, which is typed and
+        checked here (every group's check(), as pods.train does) before anything loads."""
         self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
-        self.settings = c = settings(config)  # typed groups: each stage gets its own
+        self.settings = c = config if isinstance(config, TrainConfig) else validate(config)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
         self.device = resolve_device(c.hardware)

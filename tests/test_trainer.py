@@ -44,3 +44,16 @@ def test_train_runs_to_max_steps_with_callbacks_and_a_final_eval(make_cfg, tmp_p
     assert 0.0 <= final["eval/accuracy"] <= 1.0 and final["eval/questions"] == 16
     kinds = [(r["kind"], r["step"]) for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
     assert kinds == [("train", 1), ("train", 2), ("eval", 2)]
+
+
+def test_a_composed_config_is_checked_before_anything_loads(make_cfg, tmp_path):
+    """Trainer(cfg) straight from a composed config (as benchmarks build it) runs every group's check: a bad
+    value is a one-line ConfigError naming the key, raised before the run directory or model exist."""
+    import pytest
+
+    from pods.config import ConfigError
+
+    for override, key in (("selector.m=80", "selector.m"), ("+reward.weights.nonexistent=1.0", "nonexistent")):
+        with pytest.raises(ConfigError, match=key):
+            Trainer(make_cfg(*SMOKE, override), tmp_path / "run")
+        assert not (tmp_path / "run").exists()

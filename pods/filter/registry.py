@@ -12,13 +12,14 @@ from pods.registry import Registry
 class Prefilter(Protocol):
     """Decides, before generating, which sampled prompts get rollouts; learns from the rewards it sees.
 
-    Built as `cls(settings, seed)` (settings: the selector.greso group today). Same calls on every rank.
+    Built as `cls(settings, seed)` (settings: the `prefilter` group, pods.config.PrefilterConfig). Same calls on
+    every rank.
     """
 
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]: ...
 
     def observe(self, prompt_ids: list[int], epoch: int, rewards: torch.Tensor) -> None:
-        """rewards: (P, n) correctness of the groups generated for prompt_ids."""
+        """rewards: (P, n) correctness (1.0 or 0.0) of the groups generated for prompt_ids."""
 
     def end_step(self, epoch: int) -> None: ...
 
@@ -34,7 +35,7 @@ PREFILTERS: Registry[type[Prefilter]] = Registry("prefilter")
 
 
 def register_prefilter(name: str):
-    """Decorator: `@register_prefilter("name")` on a Prefilter class makes `selector.prefilter=name` build it."""
+    """Decorator: `@register_prefilter("name")` on a Prefilter class makes `prefilter.name=name` build it."""
     return PREFILTERS.register(name)
 
 
