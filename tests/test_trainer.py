@@ -53,7 +53,10 @@ def test_a_composed_config_is_checked_before_anything_loads(make_cfg, tmp_path):
 
     from pods.config import ConfigError
 
-    for override, key in (("selector.m=80", "selector.m"), ("+reward.weights.nonexistent=1.0", "nonexistent")):
+    for override, key in (
+        ("selector.m=80", "selector.m"),
+        ("+reward.weights.nonexistent=1.0", "nonexistent"),
+    ):
         with pytest.raises(ConfigError, match=key):
             Trainer(make_cfg(*SMOKE, override), tmp_path / "run")
         assert not (tmp_path / "run").exists()
