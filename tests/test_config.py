@@ -291,23 +291,35 @@ def test_unwritable_run_dir_fails_in_preflight(make_cfg, tmp_path, monkeypatch):
         preflight(make_cfg("resume=true"))
 
 
-@pytest.mark.parametrize("group", ["hardware", "rollout", "dataset", "reward", "logger", "prefilter"])
+def _restated(node, schema, prefix: str) -> list[str]:
+    """Keys of an option file (nested groups too) whose value equals the schema's default."""
+    same = []
+    for k in node:
+        if k not in schema or k in ("name", "backend", "source", "weights"):
+            continue
+        if OmegaConf.is_missing(schema, k) or OmegaConf.is_interpolation(schema, k):
+            continue
+        if OmegaConf.is_interpolation(node, k):  # an option's own link (selector none: m follows n)
+            continue
+        if OmegaConf.is_dict(node[k]) and OmegaConf.is_dict(schema[k]):
+            same += _restated(node[k], schema[k], f"{prefix}{k}.")
+        elif node[k] == schema[k]:
+            same.append(prefix + k)
+    return same
+
+
+@pytest.mark.parametrize(
+    "group", ["hardware", "rollout", "dataset", "reward", "logger", "prefilter", "selector", "model"]
+)
 def test_no_option_restates_a_schema_default(group):
     """Each default is stated once, beside its comment in pods/config.py; an option file sets what differs
-    (and the keys that name the option: name, backend, source)."""
+    (and the keys that name the option: name, backend, source), nested groups (model.lora) included."""
     from pods.config import TrainConfig
 
     schema = OmegaConf.structured(TrainConfig)[group]
-    for path in sorted((CONF / group).glob("*.yaml")):
-        node = OmegaConf.load(path)
-        same = [
-            k
-            for k in node
-            if k in schema and k not in ("name", "backend", "source", "weights")
-            and not OmegaConf.is_missing(schema, k) and not OmegaConf.is_interpolation(schema, k)
-            and node[k] == schema[k]
-        ]  # fmt: skip
-        assert not same, f"{path.name} restates the defaults of {', '.join(f'{group}.{k}' for k in same)}"
+    for path in sorted((CONF / group).rglob("*.yaml")):
+        same = _restated(OmegaConf.load(path), schema, f"{group}.")
+        assert not same, f"{path.name} restates the defaults of {', '.join(same)}"
 
 
 @pytest.mark.parametrize(
