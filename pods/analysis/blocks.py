@@ -17,7 +17,7 @@ read on its own under the same rule, and the blocks are combined:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations, product
+from itertools import product
 
 import numpy as np
 
@@ -25,8 +25,8 @@ from pods.analysis.errors import CompareError
 from pods.analysis.peak import (
     Curves,
     Rule,
-    average_ranks,
     percentile_interval,
+    rank_sum_null,
     resample_seeds,
     rule_threshold,
     scored_curves,
@@ -54,20 +54,6 @@ def geometric_mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.exp(np.log(np.asarray(x, dtype=float)).mean(axis=axis))
 
 
-def _block_threshold(base: np.ndarray, rule: Rule) -> np.ndarray:
-    return rule_threshold(base, rule)
-
-
-def block_speedup(base: Curves, var: Curves, rule: Rule) -> float:
-    """One block's speedup under `rule` (curves already scored: T <= 0 blanked)."""
-    thr = _block_threshold(base.values, rule)
-    return float(
-        speedup(
-            variant_time(base.grid, base.values, thr, rule), variant_time(base.grid, var.values, thr, rule)
-        )
-    )
-
-
 def stratified_permutation_pvalue(
     pairs: list[tuple[np.ndarray, np.ndarray]], max_exact: int = 200_000, seed: int = 0
 ) -> float:
@@ -75,15 +61,9 @@ def stratified_permutation_pvalue(
     variant per-seed times) in one block; labels are permuted within blocks only."""
     per_block = []
     for t_base, t_var in pairs:
-        nb, nv = len(t_base), len(t_var)
-        if nb == 0 or nv == 0:
+        if len(t_base) == 0 or len(t_var) == 0:
             raise CompareError("a block has no seeds of the baseline or of the variant")
-        ranks = average_ranks(np.concatenate([t_base, t_var]))
-        total = ranks.sum()
-        splits = np.array(list(combinations(range(nb + nv), nb)))
-        stat = ranks[splits].sum(axis=1) / nb - (total - ranks[splits].sum(axis=1)) / nv
-        observed = ranks[:nb].sum() / nb - (total - ranks[:nb].sum()) / nv
-        per_block.append((stat, observed))
+        per_block.append(rank_sum_null(t_base, t_var, max_exact, seed))
     observed = sum(o for _, o in per_block)
     sizes = [len(s) for s, _ in per_block]
     if int(np.prod(sizes)) <= max_exact:
@@ -119,8 +99,13 @@ def blocked_summary(
         per_block, boot_logs, pairs = {}, [], []
         for k, b in scored.items():
             base, var = b[baseline], b[variant]
-            per_block[k] = block_speedup(base, var, rule)
-            thr = _block_threshold(base.values, rule)
+            thr = rule_threshold(base.values, rule)  # the block's own threshold
+            per_block[k] = float(
+                speedup(
+                    variant_time(base.grid, base.values, thr, rule),
+                    variant_time(base.grid, var.values, thr, rule),
+                )
+            )
             interp = rule.time_read == "interpolate"
             pairs.append(
                 (

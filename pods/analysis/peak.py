@@ -201,32 +201,38 @@ def average_ranks(a: np.ndarray) -> np.ndarray:
     return (np.cumsum(counts) - (counts - 1) / 2)[inverse]
 
 
-def permutation_pvalue(
+def rank_sum_null(
     t_base: np.ndarray, t_var: np.ndarray, max_exact: int = 20_000, seed: int = 0
-) -> float:
-    """One-sided permutation test that the variant's per-seed times are shorter.
+) -> tuple[np.ndarray, float]:
+    """The rank-sum statistic's permutation null and its observed value for one comparison.
 
-    The statistic is the mean rank of baseline times minus that of variant times
-    (a rank-sum test), so seeds that never reach (inf) simply rank slowest. Exact
-    over all splits when there are at most `max_exact`, else that many random ones.
+    The statistic is the mean rank of baseline times minus that of variant times, so seeds that never
+    reach (inf) simply rank slowest. The null runs over all splits of the pooled times when there are at
+    most `max_exact`, else over that many random ones. Returns (null statistics, observed statistic).
     """
-    t_base, t_var = t_base[~np.isnan(t_base)], t_var[~np.isnan(t_var)]
     nb, nv = len(t_base), len(t_var)
-    if nb == 0 or nv == 0:
-        return np.nan
     ranks = average_ranks(np.concatenate([t_base, t_var]))
     total = ranks.sum()
 
     def stat(base_rank_sum: np.ndarray) -> np.ndarray:
         return base_rank_sum / nb - (total - base_rank_sum) / nv
 
-    observed = stat(ranks[:nb].sum())
     if comb(nb + nv, nb) <= max_exact:
         splits = np.array(list(combinations(range(nb + nv), nb)))  # (C, nb)
     else:
         rng = np.random.default_rng(seed)
         splits = np.argsort(rng.random((max_exact, nb + nv)), axis=1)[:, :nb]
-    null = stat(ranks[splits].sum(axis=1))
+    return stat(ranks[splits].sum(axis=1)), float(stat(ranks[:nb].sum()))
+
+
+def permutation_pvalue(
+    t_base: np.ndarray, t_var: np.ndarray, max_exact: int = 20_000, seed: int = 0
+) -> float:
+    """One-sided permutation test that the variant's per-seed times are shorter (`rank_sum_null`)."""
+    t_base, t_var = t_base[~np.isnan(t_base)], t_var[~np.isnan(t_var)]
+    if len(t_base) == 0 or len(t_var) == 0:
+        return np.nan
+    null, observed = rank_sum_null(t_base, t_var, max_exact, seed)
     return float(np.mean(null >= observed - 1e-9))
 
 
