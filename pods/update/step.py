@@ -160,16 +160,12 @@ def causal_layout(
     lead = am.argmax(1)  # first real column
     if bool((lead >= pw).any()) or bool((n == 0).any()):  # a row with no prompt token
         return None
-    if not bool(lead.any()):
-        idx, out = None, ids
-    else:
-        idx = (torch.arange(w)[None] + lead[:, None]) % w
+    idx = (torch.arange(w)[None] + lead[:, None]) % w if bool(lead.any()) else None  # None: no left padding
+    if idx is not None:
         am = am.gather(1, idx)
     if not torch.equal(am.bool(), torch.arange(w)[None] < n[:, None]):  # a hole in some row's real tokens
         return None
-    if idx is None:
-        return out, None
-    return ids.gather(1, idx), pw - lead
+    return (ids, None) if idx is None else (ids.gather(1, idx), pw - lead)
 
 
 def micro_view(
