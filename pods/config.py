@@ -304,6 +304,8 @@ class RolloutConfig:
     # merged in place (restored from a host copy after), instead of a second bf16 copy of the model
     size_cache_to_prompt: bool = False  # hf compiled: static cache of this prompt width + new tokens, not
     # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
+    loop: str = "generate"  # hf compiled: generate (transformers' loop, compiled forward) | graph (the
+    # whole decode step, sampling included, replayed as one CUDA graph per token: pods/rollout/step_graph.py)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
     def check(self) -> None:
@@ -314,6 +316,7 @@ class RolloutConfig:
         at_least("rollout.batch_size", self.batch_size, 1)
         choice("rollout.compile", str(self.compile).lower(), ["auto", "true", "false"])
         at_least("rollout.prompt_bucket", self.prompt_bucket, 1)
+        choice("rollout.loop", self.loop, ["generate", "graph"])
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Milliseconds per decode step of pods' hf rollout backend against the memory-bandwidth limit.
 
 Modes: `dynamic` (generate on the model, dynamic cache), `repeat_kv` (the compiled path with transformers'
-sdpa attention, which expands the grouped KV heads every step), `compiled` (the compiled path as it is:
-grouped attention that reads each KV head once, pods/rollout/attention.py). The limit: every decode step
+sdpa attention, which expands the grouped KV heads every step), `compiled` (the compiled path with
+transformers' generate loop: grouped attention that reads each KV head once, pods/rollout/attention.py),
+`graph` (the compiled path with `rollout.loop=graph`: the whole decode step replayed as one CUDA graph,
+pods/rollout/step_graph.py). The limit: every decode step
 reads every weight once and the whole static KV cache once (batch x (prompt width + new tokens) positions):
 (weight bytes + cache bytes) / measured copy bandwidth.
 
@@ -68,7 +70,7 @@ def main() -> None:
     p.add_argument("--batches", default="16,64,256")
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--modes", default="dynamic,repeat_kv,compiled")
+    p.add_argument("--modes", default="dynamic,repeat_kv,compiled,graph")
     p.add_argument("--max-prompt-len", type=int, default=128)
     p.add_argument("--out", default="results/bench_decode")
     args = p.parse_args()
@@ -97,6 +99,7 @@ def main() -> None:
                     compiled=name != "dynamic",
                     dtype=torch.bfloat16,
                     max_prompt_len=args.max_prompt_len,
+                    loop="graph" if name == "graph" else "generate",
                 )
                 if name == "repeat_kv":
                     gen.decoder.set_attn_implementation("sdpa")

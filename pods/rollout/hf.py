@@ -28,6 +28,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from pods.batch import Rollouts, Sampling
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
+from pods.rollout.step_graph import StepDecoder
+
+CHECK_EVERY = 16  # graph loop on CUDA: decode tokens between two reads of "have all rows finished?"
 
 
 def completion_mask_from_eos(tokens: torch.Tensor, eos_ids: list[int], pad_id: int) -> torch.Tensor:
@@ -99,7 +102,7 @@ class HFGenerator(Backend):
             model, tokenizer, device, r.batch_size, m.max_completion_len,
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
             prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
-            share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt,
+            share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt, loop=r.loop,
         )  # fmt: skip
 
     @staticmethod
@@ -121,6 +124,7 @@ class HFGenerator(Backend):
         share_weights: bool = False,
         defer_stop: bool | None = None,
         size_cache_to_prompt: bool = False,
+        loop: str = "generate",
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -130,7 +134,11 @@ class HFGenerator(Backend):
         self.timer, self.size_cache_to_prompt = timer, size_cache_to_prompt
         # CUDA only: transformers' deferred check records device events (a CPU has none)
         self.defer_stop = compiled and self.device.type == "cuda" if defer_stop is None else defer_stop
-        self.warm_shapes: set[tuple[int, int]] = set()
+        if loop not in ("generate", "graph"):
+            raise ValueError(f"rollout.loop={loop!r} is not valid; allowed values: generate, graph")
+        self.loop = loop if compiled else "generate"  # the graph loop decodes the static-cache copy
+        self.step_decoders: dict[tuple[int, int], StepDecoder] = {}  # (rows, cache length) -> its decoder
+        self.warm_shapes: set[tuple] = set()
         self.compile_seconds = 0.0
         self.copy = None
         if compiled:
@@ -190,6 +198,34 @@ class HFGenerator(Backend):
     def _max_width(self) -> int:
         return bucketed_len(self.max_prompt_len, self.prompt_bucket, self.max_prompt_len)
 
+    def _step_decoder(self, rows: int, cache_len: int) -> StepDecoder:
+        key = (rows, cache_len)
+        if key not in self.step_decoders:  # one static cache per chunk shape (a run meets one or two)
+            capture = self.device.type == "cuda"
+            dec = StepDecoder(self.decoder, rows, cache_len, self.eos_ids, self.pad_id, capture=capture)
+            self.step_decoders[key] = dec
+        return self.step_decoders[key]
+
+    def _decode(self, ids, am, done, kwargs: dict, stop, max_new: int | None = None) -> torch.Tensor:
+        """(rows, Lp) -> (rows, Lp + T) prompts and new tokens, by the configured loop."""
+        if self.loop == "generate":
+            if max_new is not None:
+                stop = StoppingCriteriaList([_StopRows(done, ids.shape[1], max_new=max_new)])
+            with deferred_stop_check(self.defer_stop):
+                return self.decoder.generate(
+                    input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs
+                )
+        dec = self._step_decoder(ids.shape[0], kwargs["max_cache_len"])
+        t = kwargs.get("temperature") or 0.0
+        sampling = (
+            (t, kwargs.get("top_p") or 1.0, kwargs.get("top_k") or 0)
+            if kwargs["do_sample"]
+            else (0.0, 1.0, 0)
+        )
+        check = CHECK_EVERY if self.device.type == "cuda" else 1  # a host sync every `check` tokens
+        new = dec.run(ids, am, done, max_new or self.max_new_tokens, sampling, check_every=check)
+        return torch.cat([ids, new], 1)
+
     def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
         """(b, Lp) -> (b, Lc) new tokens; on the compiled path padded to a fixed row count first."""
         b = ids.shape[0]
@@ -201,12 +237,18 @@ class HFGenerator(Backend):
             am = torch.cat([am, am[:1].expand(fill, -1)])
             done[b:] = True
         ids, am, lp = ids.to(self.device), am.to(self.device), ids.shape[1]
-        if self.compiled and (rows, lp) not in self.warm_shapes:
+        warm_key = (
+            (rows, lp)
+            if self.loop == "generate"
+            else (rows, lp, kwargs["do_sample"], kwargs.get("temperature"))
+        )
+        if (
+            self.compiled and warm_key not in self.warm_shapes
+        ):  # the graph loop: one graph per sampling setting
             self._warm_up(ids, am, done, kwargs)
-            self.warm_shapes.add((rows, lp))
+            self.warm_shapes.add(warm_key)
         stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
-        with deferred_stop_check(self.defer_stop):
-            out = self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+        out = self._decode(ids, am, done, kwargs, stop)
         return out[:b, lp:].cpu()
 
     def _warm_up(self, ids, am, done, kwargs) -> None:
@@ -216,8 +258,7 @@ class HFGenerator(Backend):
         t0 = time.perf_counter()
         devices = [self.device] if self.device.type == "cuda" else []
         with phase, torch.random.fork_rng(devices=devices):
-            stop = StoppingCriteriaList([_StopRows(done, ids.shape[1], max_new=4)])
-            self.decoder.generate(input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs)
+            self._decode(ids, am, done, kwargs, None, max_new=4)
         self.compile_seconds += time.perf_counter() - t0
 
     @torch.no_grad()

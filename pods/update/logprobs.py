@@ -75,7 +75,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], rows):
-            x = (hidden[s : s + rows].to(dtype) @ w.T).float() / temperature
+            x = (hidden[s : s + rows].to(dtype) @ w.T).float().div_(temperature)  # in place: one float copy
             lse[s : s + rows] = torch.logsumexp(x, -1)
             out[s : s + rows] = x.gather(-1, target[s : s + rows, None]).squeeze(-1) - lse[s : s + rows]
         ctx.save_for_backward(hidden, weight, target, lse)
@@ -94,7 +94,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
             h = hidden[s : s + rows].to(dtype)
             gs = g[s : s + rows, None]
             # d/dlogits [x_y / t - logsumexp(x / t)] = (onehot(y) - softmax(x / t)) / t
-            gx = torch.exp((h @ w.T).float() / t - lse[s : s + rows, None]).mul_(-gs)
+            gx = (h @ w.T).float().div_(t).sub_(lse[s : s + rows, None]).exp_().mul_(-gs)  # in place
             gx.scatter_add_(-1, target[s : s + rows, None], gs)
             gx = gx.div_(t).to(dtype)
             if grad_h is not None:
@@ -117,13 +117,19 @@ def linear_token_logprobs(
     weight: torch.Tensor,
     target: torch.Tensor,
     temperature: float = 1.0,
-    rows: int = 1024,
+    rows: int | None = None,
 ) -> torch.Tensor:
     """(..., H) final hidden states, (V, H) output-embedding weight, (...) target ids -> (...) float32
     log p(target) under softmax(hidden @ weight.T / temperature), without the (..., V) logits: peak extra
-    memory is one chunk of `rows` x V logits (float32 and the compute dtype). Differentiable in both."""
+    memory is about two chunks of `rows` x V float32 logits. Differentiable in both.
+
+    `rows` (None: CHUNK_ELEMENTS / V, 220 positions for a 152k vocabulary) trades memory for matmul size:
+    1024 positions hold ~2 GB of temporaries at once at V = 152k by count (the bf16 product, its float32
+    copy, logsumexp's), 220 positions ~0.4 GB; a
+    (220 x H) @ (H x 152k) matmul is still large enough to run near the card's peak."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    rows = rows or _rows_per_chunk(weight.shape[0], CHUNK_ELEMENTS)
     shape = target.shape
     flat = hidden.reshape(-1, hidden.shape[-1])
     out = _LinearTokenLogprobs.apply(flat, weight, target.reshape(-1), float(temperature), int(rows))

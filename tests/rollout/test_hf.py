@@ -49,10 +49,14 @@ def test_shape_helpers():
     assert [chunk_rows(n, 256) for n in (1, 2, 3, 16, 17, 256, 999)] == [1, 2, 4, 16, 32, 256, 256]
 
 
+LOOPS = pytest.mark.parametrize("loop", ["generate", "graph"])
+
+
+@LOOPS
 @pytest.mark.parametrize("fit", [False, True], ids=["widest-cache", "cache-fits-prompt"])
-def test_greedy_is_token_identical_to_the_dynamic_cache(tiny, fit):
+def test_greedy_is_token_identical_to_the_dynamic_cache(tiny, fit, loop):
     dyn = gen(tiny, compiled=False).generate(PROMPTS, [0, 1, 2], 1, 0.0)
-    g = gen(tiny, compiled=True, size_cache_to_prompt=fit)
+    g = gen(tiny, compiled=True, size_cache_to_prompt=fit, loop=loop)
     assert g._gen_kwargs(0.0, 1.0, 0, 16)["max_cache_len"] == (16 if fit else 64) + 24
     fast = g.generate(PROMPTS, [0, 1, 2], 1, 0.0)  # 3 rows -> a chunk of 4
     assert fast.texts == dyn.texts
@@ -63,27 +67,33 @@ def test_greedy_is_token_identical_to_the_dynamic_cache(tiny, fit):
     assert torch.equal(fast.attention_mask[:, lp_f - lp_d :], dyn.attention_mask)  # only more left padding
 
 
-def test_sampled_outputs_match_under_a_fixed_seed(tiny):
+@LOOPS
+@pytest.mark.parametrize("sampling", [(1.0, 1.0, 0), (0.7, 0.9, 5)], ids=["plain", "warped"])
+def test_sampled_outputs_match_under_a_fixed_seed(tiny, loop, sampling):
     """Without filler rows both paths draw the same random numbers in the same order: the warm-up of a new
     shape restores the random streams, so it draws nothing."""
     out = []
+    t, top_p, top_k = sampling
     for compiled in (False, True):
         torch.manual_seed(123)
-        out.append(gen(tiny, compiled, batch_size=8).generate(PROMPTS[:2], [0, 1], 4, 1.0).texts)
+        g = gen(tiny, compiled, batch_size=8, loop=loop)
+        out.append(g.generate(PROMPTS[:2], [0, 1], 4, t, top_p=top_p, top_k=top_k).texts)
     assert out[0] == out[1]
     assert len(set(out[0])) > 1  # really sampled
 
 
-def test_filler_rows_stop_at_once_and_are_dropped(tiny):
-    g = gen(tiny, compiled=True, batch_size=8)
+@LOOPS
+def test_filler_rows_stop_at_once_and_are_dropped(tiny, loop):
+    g = gen(tiny, compiled=True, batch_size=8, loop=loop)
     r = g.generate(PROMPTS, [0, 1, 2], 2, 1.0)  # 6 rows -> one chunk of 8
     assert len(r.texts) == 6 and r.input_ids.shape[0] == 6
-    assert g.warm_shapes == {(8, 16)}
+    assert {k[:2] for k in g.warm_shapes} == {(8, 16)}
 
 
-def test_compile_warm_up_is_timed_outside_the_training_clock(tiny):
+@LOOPS
+def test_compile_warm_up_is_timed_outside_the_training_clock(tiny, loop):
     timer = PhaseTimer()
-    g = gen(tiny, compiled=True, batch_size=4, timer=timer)
+    g = gen(tiny, compiled=True, batch_size=4, timer=timer, loop=loop)
     with timer.phase("generation"):
         g.generate(PROMPTS[:1], [0], 4, 1.0)
     times = timer.pop_step()
@@ -296,3 +306,25 @@ def test_deferred_stop_check_is_patched_only_inside_the_block():
         assert DeferredStopCheck.is_supported(cuda, None, False, False)
         assert not DeferredStopCheck.is_supported(cuda, None, False, True)  # never for an assistant
     assert not DeferredStopCheck.is_supported(cuda, None, False, False)
+
+
+@pytest.mark.gpu
+def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(tiny):
+    """CUDA only (the compile and the capture): greedy tokens of the graph loop equal generate()'s on the
+    compiled path, the second and later calls replay a captured graph, and a fixed seed gives the same
+    samples twice."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    _, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
+    kw = dict(compiled=True, dtype=torch.bfloat16, prompt_bucket=16, max_prompt_len=64)
+    ref = HFGenerator(model, tok, "cuda", 8, 24, loop="generate", **kw).generate(PROMPTS, [0, 1, 2], 2, 0.0)
+    g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", **kw)
+    greedy = g.generate(PROMPTS, [0, 1, 2], 2, 0.0)
+    assert greedy.texts == ref.texts
+    assert all(d.graphs for d in g.step_decoders.values())  # captured during the warm-up
+    sampled = []
+    for _ in range(2):
+        torch.manual_seed(11)
+        sampled.append(g.generate(PROMPTS[:2], [0, 1], 4, 1.0).texts)
+    assert sampled[0] == sampled[1] and len(set(sampled[0])) > 1

@@ -1,0 +1,182 @@
+"""Decoding with one CUDA-graph replay per token: forward, sampling and stop bookkeeping in one graph.
+
+transformers' generate() compiles the model's forward but runs the rest of each decode step as eager
+Python: logits processors, sampling, stopping criteria, the growing input_ids and attention mask. On a small
+policy that host work, not the GPU, sets the pace (0.5B shape on an H100: 2.5-3.3 ms per token against a
+0.35 ms bandwidth limit). Here a decode step reads and writes only buffers of fixed shape and address, so
+the whole step is captured once as a CUDA graph (the forward compiled by torch.compile, the rest plain
+aten kernels) and the host replays one graph per token, reading "have all rows finished?" every
+`check_every` tokens.
+
+Same distribution as generate(): transformers' own temperature / top-k / top-p warpers on float32 logits,
+a softmax, then one draw per row by the exponential race argmax(p / E), E ~ Exp(1), which is what
+torch.multinomial(p, 1) computes, draw for draw, with the same generator (tested), without its host-side
+validity check that a graph cannot hold. Without a GPU nothing is compiled or captured and the tokens equal
+generate()'s under a fixed seed (tests/rollout/test_step_graph.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+
+import torch
+from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+
+def exponential_race(probs: torch.Tensor) -> torch.Tensor:
+    """(B, V) probabilities -> (B,) one draw per row: argmax(p / E), E ~ Exp(1) i.i.d. (the same draws as
+    torch.multinomial(probs, 1) from the same generator state, with no host sync)."""
+    return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
+
+
+def warp(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
+    """(B, V) float32 logits -> the scores generate() samples from, by transformers' own warpers in
+    generate()'s order (temperature, top-k, top-p; each only where it changes something)."""
+    if temperature != 1.0:
+        logits = TemperatureLogitsWarper(temperature)(None, logits)
+    if top_k > 0:
+        logits = TopKLogitsWarper(top_k)(None, logits)
+    if top_p < 1.0:
+        logits = TopPLogitsWarper(top_p)(None, logits)
+    return logits
+
+
+def pick(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
+    """(B, V) logits of the last position -> (B,) next tokens; temperature 0 = greedy."""
+    logits = logits.float()
+    if temperature <= 0:
+        return logits.argmax(-1)
+    return exponential_race(torch.softmax(warp(logits, temperature, top_p, top_k), -1))
+
+
+def prefill_mask(keep: torch.Tensor, lp: int) -> torch.Tensor:
+    """(B, L) attendable cache columns, prompt width lp -> (B, 1, lp, L) boolean attention mask of the
+    prompt's queries: causal over real tokens; a padding position attends only itself (a query with nothing
+    to attend gives NaN, which would reach no real token but is kept out anyway).
+
+    >>> prefill_mask(torch.tensor([[0, 1, 1, 0]]), 3).int()[0, 0].tolist()
+    [[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0]]
+    """
+    cols = torch.arange(keep.shape[1], device=keep.device)
+    rows = torch.arange(lp, device=keep.device)[:, None]
+    return (keep.bool()[:, None, None, :] & (cols <= rows)) | (cols == rows)
+
+
+class StepDecoder:
+    """Decodes `rows` sequences into a static cache of `cache_len` positions.
+
+    Buffers of fixed address hold the decode state: the token fed next (B, 1), its position id (B, 1), the
+    cache columns a query may attend (B, cache_len) and the finished rows (B,); the new tokens are written to
+    `out` (B, cache_len) at the cache column where they are fed. `capture=True` (CUDA): the decode step is
+    compiled and captured as one CUDA graph per sampling setting after two eager steps, then replayed.
+    """
+
+    def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
+        self.model, self.rows, self.cache_len, self.pad_id, self.capture = (
+            model,
+            rows,
+            cache_len,
+            pad_id,
+            capture,
+        )
+        dev = next(model.parameters()).device
+        self.device = dev
+        self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=dev)  # (B, 1) fed next
+        self.pos = torch.zeros(rows, 1, dtype=torch.long, device=dev)  # (B, 1) its position id
+        self.col = torch.zeros(1, dtype=torch.long, device=dev)  # its cache column
+        self.keep = torch.zeros(rows, cache_len, dtype=torch.bool, device=dev)  # attendable columns
+        self.done = torch.zeros(rows, dtype=torch.bool, device=dev)
+        self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
+        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.forward = torch.compile(self._forward, dynamic=False) if capture else self._forward
+
+    def _forward(self, tokens, mask, pos) -> torch.Tensor:
+        out = self.model(
+            input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+            **{self.cache_kw: self.cache},
+        )  # fmt: skip
+        return out.logits[:, -1]
+
+    def _accept(self, nxt: torch.Tensor) -> None:
+        """Record (B,) sampled tokens as the next ones to feed: finished rows get padding, an EOS finishes."""
+        nxt = torch.where(self.done, self.pad_id, nxt)
+        self.done |= torch.isin(nxt, self.eos)
+        self.tokens.copy_(nxt[:, None])
+        self.out.index_copy_(1, self.col, nxt[:, None])
+
+    def _step(self, sampling: tuple[float, float, int]) -> None:
+        """One decode step, buffers in and out (what the graph holds): feed `tokens` at column `col`."""
+        self.keep.index_fill_(1, self.col, True)
+        logits = self.forward(self.tokens, self.keep[:, None, None, :], self.pos)
+        nxt = pick(logits, *sampling)
+        self.col += 1
+        self.pos += 1
+        self._accept(nxt)
+
+    @contextmanager
+    def _side_stream(self):
+        if not self.capture:
+            yield
+            return
+        side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            yield
+        main.wait_stream(side)
+
+    def _capture(self, sampling) -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # records only: the state the warm-up left is not touched
+            self._step(sampling)
+        return graph
+
+    @torch.no_grad()
+    def run(
+        self,
+        ids: torch.Tensor,
+        am: torch.Tensor,
+        done: torch.Tensor,
+        max_new: int,
+        sampling,
+        check_every: int = 1,
+    ) -> torch.Tensor:
+        """(B, Lp) left-padded prompts, their mask, (B,) rows finished from the start -> (B, T) new tokens,
+        T <= max_new: decoding stops once every row has finished (read every `check_every` tokens; rows that
+        finished earlier carry padding), or after max_new tokens."""
+        lp = ids.shape[1]
+        if lp + max_new > self.cache_len:
+            raise ValueError(
+                f"prompt width {lp} + {max_new} new tokens do not fit a cache of {self.cache_len}"
+            )
+        sampling = (float(sampling[0]), float(sampling[1]), int(sampling[2]))
+        self.cache.reset()
+        self.keep.zero_()
+        self.keep[:, :lp] = am.bool()
+        self.done.copy_(done)
+        self.out.fill_(self.pad_id)
+        self.col.fill_(lp)
+        pos = (am.long().cumsum(1) - 1).masked_fill(am == 0, 1)  # generate()'s positions
+        self.pos.copy_(am.long().sum(1, keepdim=True))
+        mask = prefill_mask(self.keep, lp)
+        logits = self._forward(ids, mask, pos)  # eager: one call per prompt width
+        self._accept(pick(logits, *sampling))
+        steps, eager = 1, 0
+        while steps < max_new:
+            if steps % check_every == 0 and bool(self.done.all()):
+                break
+            graph = self.graphs.get(sampling)
+            if graph is not None:
+                graph.replay()
+            else:
+                with self._side_stream():  # warm-up steps before a capture run off the capturing stream
+                    self._step(sampling)
+                eager += 1
+            steps += 1
+        if self.capture and sampling not in self.graphs and eager >= 2:  # compiled and warmed up
+            self.graphs[sampling] = self._capture(sampling)
+        return self.out[:, lp : lp + steps]
