@@ -171,7 +171,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=896, help="H: 896 Qwen2.5-0.5B, 2048 Qwen2.5-3B")
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--frozen-head", action="store_true", help="no head gradient (LoRA)")
-    p.add_argument("--pods-chunks", default="1024,256", help="`rows` of linear_token_logprobs (positions)")
+    p.add_argument(
+        "--pods-chunks", default="1024,0", help="`rows` of linear_token_logprobs (positions; 0: its default)"
+    )
     p.add_argument("--liger-chunks", default="1,4,16", help="Liger chunk_size (sequences per chunk)")
     p.add_argument("--liger-eager", action="store_true", help="compiled=False on a GPU too")
     p.add_argument("--no-reference", action="store_true", help="skip the float32 (B, L, V) reference")
@@ -191,7 +193,7 @@ def main() -> None:
     }
     variants = {} if a.no_reference else {"reference": reference_loss}
     for rows in map(int, a.pods_chunks.split(",")):
-        variants[f"pods rows={rows}"] = lambda x, rows=rows: pods_loss(x, rows)
+        variants[f"pods rows={rows or 'default'}"] = lambda x, rows=rows: pods_loss(x, rows or None)
     if res["liger"]:
         compiled = dev.type == "cuda" and not a.liger_eager
         for c in map(int, a.liger_chunks.split(",")):
