@@ -304,8 +304,9 @@ class RolloutConfig:
     # merged in place (restored from a host copy after), instead of a second bf16 copy of the model
     size_cache_to_prompt: bool = False  # hf compiled: static cache of this prompt width + new tokens, not
     # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
-    loop: str = "generate"  # hf compiled: generate (transformers' loop, compiled forward) | graph (the
-    # whole decode step, sampling included, replayed as one CUDA graph per token: pods/rollout/step_graph.py)
+    loop: str = "graph"  # hf compiled: graph (the whole decode step, sampling included, replayed as one
+    # CUDA graph per token: pods/rollout/step_graph.py; one static cache per chunk row count) | generate
+    # (transformers' generate loop around a compiled forward)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
     def check(self) -> None:

@@ -5,7 +5,9 @@ Two paths, one sampling distribution:
 - dynamic (CPU default): `generate` on the training model itself, dynamic KV cache, shapes as they come.
 - compiled (CUDA default, `rollout.compile`): a copy of the policy in the compute dtype (bf16), refreshed
   in place after every update (LoRA adapters merged into it, so decoding costs what the base model costs),
-  a static KV cache and transformers' automatic torch.compile of the decode step (CUDA graphs). A decode
+  a static KV cache and a decode step compiled and replayed as one CUDA graph per token, sampling and stop
+  bookkeeping included (`rollout.loop=graph`, pods/rollout/step_graph.py; `generate` keeps transformers'
+  loop around its automatic torch.compile of the forward). A decode
   step on a small policy is bound by kernel launches, not by the GPU: compiling it is what makes extra
   rollouts nearly free, the regime PODS is built for. Shapes are fixed so a run compiles a handful of times:
   prompts are left-padded to a multiple of `prompt_bucket`, chunks have a fixed number of rows (the last is
@@ -13,7 +15,7 @@ Two paths, one sampling distribution:
   The first call at a new shape is a warm-up (compile + graph capture) timed as `compile`, outside the
   training clock, with the random streams restored so the warm-up draws nothing. Attention reads each
   grouped KV head once (pods/rollout/attention.py), and the host does not wait for the GPU every token
-  (`deferred_stop_check`). With LoRA the copy can be the policy's own base (pods/rollout/gen_copy.py).
+  (the graph loop reads the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy can be the policy's own base (pods/rollout/gen_copy.py).
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class HFGenerator(Backend):
         share_weights: bool = False,
         defer_stop: bool | None = None,
         size_cache_to_prompt: bool = False,
-        loop: str = "generate",
+        loop: str = "graph",
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
