@@ -28,7 +28,15 @@ from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.filter import build_prefilter
-from pods.models import autocast, load_policy, load_tokenizer, reference_policy, resolve_device, resolve_dtype
+from pods.models import (
+    autocast,
+    load_policy,
+    load_tokenizer,
+    reference_policy,
+    resolve_device,
+    resolve_dtype,
+    set_cuda_allocator,
+)
 from pods.resume import Checkpointer
 from pods.reward import build_reward
 from pods.rollout import RolloutSettings, build_generator
@@ -57,6 +65,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
         self.device = resolve_device(c.hardware)
+        set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)
         self.ckpt = Checkpointer(self.run_dir, self.dist, c.checkpoint.keep_last, c.hardware.lora)
