@@ -166,10 +166,15 @@ def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, sele
 
 class PeakMemory:
     """Memory a block adds at its peak: the CUDA allocator's peak above its start on a GPU; on a CPU the
-    peak growth of the process RSS, sampled every 20 ms (rough)."""
+    peak growth of the process RSS, sampled every 20 ms (rough). A pods Trainer resets CUDA's peak counter
+    at every phase (pods/timing.py): pass include() its timer's max_allocated before the block ends."""
 
     def __init__(self, device: str):
-        self.device = device
+        self.device, self.seen = device, 0
+
+    def include(self, peak_bytes: int) -> None:
+        """A peak read from the allocator inside the block, before something reset its counter."""
+        self.seen = max(self.seen, peak_bytes)
 
     def _now(self) -> int:
         return torch.cuda.memory_allocated() if self.device == "cuda" else rss()
@@ -192,7 +197,11 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        peak = torch.cuda.max_memory_allocated() if self.device == "cuda" else max(self.peak, rss())
+        peak = (
+            max(torch.cuda.max_memory_allocated(), self.seen)
+            if self.device == "cuda"
+            else max(self.peak, rss())
+        )
         self.gib, self.start_gib = (peak - self.base) / 2**30, self.base / 2**30
 
 
@@ -245,6 +254,7 @@ def run_pods(cfg, device: str) -> dict:
         trainer = Trainer(cfg, Path(cfg.run_dir), callbacks=[timed])
         wait_for_grader(trainer)
         trainer.train()
+        mem.include(trainer.timer.max_allocated)  # the run's peak: its phases reset the counter
     params = list(trainer.model.parameters())
     out = {
         "records": [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()],

@@ -31,6 +31,18 @@ def resolve_device(hardware: HardwareConfig) -> torch.device:
     return torch.device("cpu")
 
 
+def set_cuda_allocator(hardware: HardwareConfig, device: torch.device) -> None:
+    """hardware.expandable_segments on a GPU: the caching allocator maps more memory into a segment instead of
+    adding segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch's remedy for churn and
+    fragmentation when tensor shapes vary. Called before the weights load, so every segment is expandable
+    (torch allows it at any time: later it applies to new segments only)."""
+    if device.type != "cuda" or not hardware.expandable_segments:
+        return
+    # torch 2.13 moved the setter to torch._C and deprecated torch.cuda.memory's
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    (setter or torch.cuda.memory._set_allocator_settings)("expandable_segments:True")
+
+
 def resolve_dtype(model: ModelConfig, hardware: HardwareConfig, device: torch.device) -> torch.dtype:
     """The compute dtype: model.dtype, or the hardware profile's when it is auto; float32 on a CPU."""
     name = model.dtype if model.dtype != "auto" else hardware.dtype

@@ -1,7 +1,8 @@
 """Named phase timers and the training clock.
 
 The training clock is the sum of the step phases (generation, reward, selection, logprobs, update, ...)
-and excludes eval and checkpointing, so accuracy-vs-time curves measure training cost only.
+and excludes eval and checkpointing, so accuracy-vs-time curves measure training cost only. On a GPU each
+phase also records its peak allocated memory (memory/peak_<phase>_gib).
 """
 
 from __future__ import annotations
@@ -18,11 +19,17 @@ NOT_TRAINING = {"eval", "checkpoint", "compile"}
 
 
 class PhaseTimer:
-    def __init__(self, train_clock: float = 0.0, sync_cuda: bool = False):
+    def __init__(self, train_clock: float = 0.0, sync_cuda: bool = False, peak_memory: bool = False):
         self.train_clock = train_clock  # seconds; restored from checkpoints
         self.step_times: dict[str, float] = defaultdict(float)
         self.sync_cuda = sync_cuda and torch.cuda.is_available()
         self._inner: list[float] = []  # per open phase: seconds spent in phases nested inside it
+        # peak_memory: each phase resets CUDA's peak counter, so its peak is its own; max_allocated keeps the
+        # run's (every reading before a reset), for whoever reads the counter across phases (pods/bench.py)
+        self.peak_memory = peak_memory and torch.cuda.is_available()
+        self.step_peaks: dict[str, int] = {}  # bytes, per phase, this step
+        self.max_allocated = 0
+        self._peaks: list[int] = []  # per open phase: the peak of what ran inside it before its last reset
 
     @contextmanager
     def phase(self, name: str):
@@ -32,6 +39,9 @@ class PhaseTimer:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         self._inner.append(0.0)
+        if self.peak_memory:
+            self._reset_peak()
+            self._peaks.append(0)
         try:
             yield
         finally:
@@ -44,12 +54,39 @@ class PhaseTimer:
             self.step_times[name] += dt
             if name not in NOT_TRAINING:
                 self.train_clock += dt
+            if self.peak_memory:
+                self._end_peak(name)
+
+    def _reset_peak(self) -> None:
+        """Restart CUDA's peak counter, its reading first kept as the enclosing phase's peak so far (if any)
+        and the run's."""
+        peak = torch.cuda.max_memory_allocated()
+        self.max_allocated = max(self.max_allocated, peak)
+        if self._peaks:
+            self._peaks[-1] = max(self._peaks[-1], peak)
+        torch.cuda.reset_peak_memory_stats()
+
+    def _end_peak(self, name: str) -> None:
+        peak = max(torch.cuda.max_memory_allocated(), self._peaks.pop())
+        self.max_allocated = max(self.max_allocated, peak)
+        self.step_peaks[name] = max(self.step_peaks.get(name, 0), peak)
+        if self._peaks:  # a nested phase's peak is its enclosing phase's too
+            self._peaks[-1] = max(self._peaks[-1], peak)
 
     def pop_step(self) -> dict[str, float]:
-        """This step's per-phase seconds as timing/* metrics, then reset."""
+        """This step's per-phase seconds as timing/* metrics and, on a GPU, peak memory as memory/*, then
+        reset."""
         out = {f"timing/{k}": v for k, v in self.step_times.items()}
         out["timing/step"] = sum(v for k, v in self.step_times.items() if k not in NOT_TRAINING)
-        self.step_times = defaultdict(float)
+        out.update({f"memory/peak_{k}_gib": v / 2**30 for k, v in self.step_peaks.items()})
+        self.step_times, self.step_peaks = defaultdict(float), {}
+        return out
+
+    def pop_phase(self, name: str) -> dict[str, float]:
+        """One phase's metrics, taken out of this step's (eval: logged with its own record)."""
+        out = {f"timing/{name}": self.step_times.pop(name, 0.0)}
+        if name in self.step_peaks:
+            out[f"memory/peak_{name}_gib"] = self.step_peaks.pop(name) / 2**30
         return out
 
     def state_dict(self) -> dict:

@@ -28,7 +28,15 @@ from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.filter import build_prefilter
-from pods.models import autocast, load_policy, load_tokenizer, reference_policy, resolve_device, resolve_dtype
+from pods.models import (
+    autocast,
+    load_policy,
+    load_tokenizer,
+    reference_policy,
+    resolve_device,
+    resolve_dtype,
+    set_cuda_allocator,
+)
 from pods.resume import Checkpointer
 from pods.reward import build_reward
 from pods.rollout import RolloutSettings, build_generator
@@ -57,6 +65,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
         self.device = resolve_device(c.hardware)
+        set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)
         self.ckpt = Checkpointer(self.run_dir, self.dist, c.checkpoint.keep_last, c.hardware.lora)
@@ -69,7 +78,8 @@ class Trainer:
         self.ref = reference_policy(self.model, ref, c.algo.beta, c.hardware.lora)
         self.dtype = resolve_dtype(c.model, c.hardware, self.device)  # the compute dtype (autocast)
         self.model = self.dist.shard_model(self.model, self.dtype)  # FSDP: in place
-        self.timer = PhaseTimer(sync_cuda=self.device.type == "cuda")
+        on_gpu = self.device.type == "cuda"
+        self.timer = PhaseTimer(sync_cuda=on_gpu, peak_memory=on_gpu)
         gen = RolloutSettings.from_config(c)
         self.generator = build_generator(gen, self.model, self.tok, self.device, self.timer)
         total = c.max_steps * c.algo.mu  # one scheduler step per optimizer step
@@ -184,7 +194,7 @@ class Trainer:
                 self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers,
                 self.eval_settings, self.dist,
             )  # fmt: skip
-        metrics["timing/eval"] = self.timer.step_times.pop("eval", 0.0)  # not part of the next step's timing
+        metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)
         self.last_eval_step = self.step
         for smp in samples:

@@ -11,10 +11,12 @@ and live in pods/bench.py.
 
 Per setting: mean seconds per phase (pods' timing/*; "step" is their sum, the training clock), generation
 tokens/s, update tokens/s (prompt + completion tokens of the rows trained), update MFU against a measured
-bf16 matmul peak, peak GPU memory; then the step-time ratios PODS / GRPO(n=64) and PODS / GRPO(n=16).
+bf16 matmul peak, peak GPU memory (the run's, and each phase's: the largest over the measured steps); then
+the step-time ratios PODS / GRPO(n=64) and PODS / GRPO(n=16).
 MFU counts 6 FLOPs per token per trainable parameter and 4 per frozen one (LoRA still runs the forward and
 input-gradient backward through frozen weights): 6N with full fine-tuning; no attention FLOPs, no
-gradient-checkpointing recompute. Results are saved after each setting (results.json has per-step times).
+gradient-checkpointing recompute. Results are saved after each setting (results.json has per-step times and
+the update's per-step diagnostics: micro-batch shapes, allocator counters and gc seconds).
 
     PYTHONPATH=. python scripts/bench_gpu.py                         # H100: 0.5B shape, 512 tokens, 6 steps
     PYTHONPATH=. python scripts/bench_gpu.py --lora --out results/bench_gpu_lora
@@ -43,6 +45,10 @@ from pods.bench import (
 
 # name -> (selector, n, m)
 SETTINGS = {"grpo16": ("none", 16, 16), "pods64": ("max_variance", 64, 16), "grpo64": ("none", 64, 64)}
+UPDATE_DIAGNOSTICS = (
+    *("micro_batches", "width_max", "masked_micro_batches", "new_shapes"),
+    *("cuda_mallocs", "cuda_frees", "alloc_retries", "gc_s"),
+)
 
 
 def summarize(run: dict, peak_flops: float) -> dict:
@@ -51,6 +57,7 @@ def summarize(run: dict, peak_flops: float) -> dict:
     walls = run["wall_steps"][1:]
     mean = lambda k: sum(r.get(k) or 0.0 for r in recs) / max(len(recs), 1)  # noqa: E731
     phases = sorted({k for r in recs for k in r if k.startswith("timing/") and k != "timing/step"})
+    peaks = sorted({k for r in recs for k in r if k.startswith("memory/peak_")})  # GPU only
     trained = [r.get("update/prompt_tokens", 0.0) + r["update/tokens"] for r in recs]  # prompt + completion
     update_s = sum(r["timing/update"] for r in recs)
     gen_s = sum(r["timing/generation"] for r in recs)
@@ -68,14 +75,16 @@ def summarize(run: dict, peak_flops: float) -> dict:
         "update_tok_s": sum(trained) / max(update_s, 1e-9),
         "update_mfu": flops_per_token * sum(trained) / max(update_s, 1e-9) / peak_flops,
         "peak_mem_gib": run["peak_mem_gib"],
+        "phase_peak_gib": {
+            p.removeprefix("memory/peak_").removesuffix("_gib"): max(r.get(p) or 0.0 for r in recs)
+            for p in peaks
+        },
         "per_step_s": {
             k: [round(r[f"timing/{k}"], 3) for r in recs] for k in ("step", "generation", "update")
         },
-        # the update's micro-batch shapes per step (a step over 2x the median: first-time shape or not)
-        "per_step_update_shapes": {
-            k: [r.get(f"update/{k}") for r in recs]
-            for k in ("micro_batches", "width_max", "masked_micro_batches", "new_shapes")
-        },
+        # why a step's update is slow (one over 2x the median): its micro-batch shapes (a first-time one?),
+        # the allocator's cudaMallocs, cudaFrees and retries (GPU only) and Python's gc seconds
+        "per_step_update_diagnostics": {k: [r.get(f"update/{k}") for r in recs] for k in UPDATE_DIAGNOSTICS},
         "trainable_params": run["trainable_params"],
         "frozen_params": run["frozen_params"],
     }
@@ -101,8 +110,21 @@ def markdown(results: dict) -> str:
         f"# pods step throughput ({results['device_name']})\n\n"
         f"Measured matmul peak: {results['peak_flops'] / 1e12:.3g} TFLOP/s. Args: `{results['args']}`\n\n"
         + "\n".join(lines)
+        + phase_peaks_table(s)
         + f"\n\nRatios (mean step time, first step excluded):\n{ratios}\n"
     )
+
+
+def phase_peaks_table(s: dict) -> str:
+    """Peak allocated GiB of each phase, the largest over the measured steps ("" on a CPU: none logged)."""
+    phases = sorted({p for v in s.values() for p in v.get("phase_peak_gib", {})})
+    if not phases:
+        return ""
+    lines = ["| setting | " + " | ".join(phases) + " |", "|" + "---|" * (len(phases) + 1)]
+    for name, v in s.items():
+        cells = [f"{v['phase_peak_gib'][p]:.2f}" if p in v["phase_peak_gib"] else "" for p in phases]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n\nPeak allocated GiB per phase (largest over the measured steps):\n\n" + "\n".join(lines)
 
 
 def ratios(s: dict) -> dict:

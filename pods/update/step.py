@@ -10,6 +10,7 @@ import torch
 from pods.batch import Rollouts
 from pods.update.logprobs import linear_token_logprobs, token_logprobs
 from pods.update.loss import policy_loss
+from pods.update.probe import UpdateProbe
 
 
 def _plain_head(model) -> torch.nn.Linear | None:
@@ -30,6 +31,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     fused: bool = False,
     prompt_lens: torch.Tensor | None = None,  # (B,) on the host, from causal_layout
+    width: int | None = None,  # completion columns scored (None: every column after prompt_len)
 ) -> torch.Tensor:
     """(B, Lp + Lc) sequences -> (B, Lc) log-probs of each completion token under `model`.
 
@@ -42,9 +44,10 @@ def completion_logprobs(
     only after them), so causal attention alone is exact for every real token and no padding mask reaches
     the attention (SDPA keeps its flash kernel and grouped KV heads). Row i's completion then starts at
     column `prompt_lens[i]` (None: at `prompt_len` in every row) and runs `Lc` columns (its padding past the real
-    tokens is scored too and masked out by the loss).
+    tokens is scored too and masked out by the loss). `width` sets Lc when the rows run past the last
+    completion (micro_view pads them to a bucketed width); the columns after it are never scored.
     """
-    lc = input_ids.shape[1] - prompt_len
+    lc = input_ids.shape[1] - prompt_len if width is None else width
     if attention_mask is None:
         b, w = input_ids.shape
         position_ids = torch.arange(w, device=input_ids.device).expand(b, w)
@@ -57,7 +60,7 @@ def completion_logprobs(
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]
         targets = input_ids[rows, cols + 1]
     else:
-        targets = input_ids[:, prompt_len:]
+        targets = input_ids[:, prompt_len : prompt_len + lc]
     if head is not None:
         out = model(
             input_ids=input_ids,
@@ -68,9 +71,10 @@ def completion_logprobs(
             use_cache=False,
         )
         h = out.hidden_states[-1]  # (B, W, H), after the final norm
-        hidden = h[rows, cols] if prompt_lens is not None else h[:, prompt_len - 1 : -1]  # (B, Lc, H)
+        hidden = h[rows, cols] if prompt_lens is not None else h[:, prompt_len - 1 : prompt_len - 1 + lc]
         return linear_token_logprobs(hidden, head.weight, targets, temperature)
-    keep = lc + 1 if prompt_lens is None else input_ids.shape[1] - int(prompt_lens.min()) + 1
+    earliest = prompt_len if prompt_lens is None else int(prompt_lens.min())  # first completion column
+    keep = input_ids.shape[1] - earliest + 1
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -80,10 +84,12 @@ def completion_logprobs(
     )
     if prompt_lens is None:
         # (B, Lc, V): position t predicts token t+1; float32 maths chunk by chunk (pods/update/logprobs.py)
-        return token_logprobs(out.logits[:, :-1], targets, temperature)
-    # per-row starts: log-probs of every kept position (float32, (B, keep - 1)), then each row's Lc of them
+        return token_logprobs(out.logits[:, :lc], targets, temperature)
+    # per-row starts: log-probs of the kept positions up to the last one scored (float32, (B, n)), then each
+    # row's Lc of them (the head still projects the trailing padding: only the fused path skips it)
     first = input_ids.shape[1] - keep  # column of the first kept position
-    lp = token_logprobs(out.logits[:, :-1], input_ids[:, first + 1 :], temperature)
+    n = int(prompt_lens.max()) - 1 + lc - first  # (host tensor: no device sync)
+    lp = token_logprobs(out.logits[:, :n], input_ids[:, first + 1 : first + 1 + n], temperature)
     return lp.gather(1, cols - first)
 
 
@@ -123,13 +129,26 @@ def plan_micro_batches(
     return out
 
 
-def bucket_up(width: int, bucket: int, cap: int) -> int:
-    """`width` rounded up to a multiple of `bucket` (0 = as is), at most `cap`.
+def bucket_up(width: int, bucket: int, cap: int | None = None) -> int:
+    """`width` rounded up to a multiple of `bucket` (0 = as is), at most `cap` (None: no cap).
 
-    >>> bucket_up(70, 64, 512), bucket_up(70, 0, 512), bucket_up(500, 64, 510)
-    (128, 70, 510)
+    >>> bucket_up(70, 64, 512), bucket_up(70, 0, 512), bucket_up(500, 64, 510), bucket_up(500, 64)
+    (128, 70, 510, 512)
     """
-    return min(-(-width // bucket) * bucket, cap) if bucket > 0 else width
+    up = -(-width // bucket) * bucket if bucket > 0 else width
+    return up if cap is None else min(up, cap)
+
+
+def pad_rows(mb: torch.Tensor, bucket: int) -> torch.Tensor:
+    """(n,) micro-batch rows -> (bucket_up(n, bucket),) rows: `mb`, then copies of its first row. The caller
+    gives the copies zero advantage and zero completion mask, so they add exactly zero to the loss and its
+    gradient (the normalisers are batch totals) while the micro-batch keeps one of a few row counts.
+    Bounded cost: at most bucket - 1 extra rows per micro-batch, which may pass micro_batch_tokens by as much.
+
+    >>> pad_rows(torch.tensor([4, 2, 7]), 4).tolist(), pad_rows(torch.tensor([4, 2, 7]), 0).tolist()
+    ([4, 2, 7, 4], [4, 2, 7])
+    """
+    return torch.cat([mb, mb[:1].expand(bucket_up(len(mb), bucket) - len(mb))])
 
 
 # The update hands the model no padding mask when it need not (causal_layout). False: the mask path of before,
@@ -177,21 +196,28 @@ def micro_view(
     causal: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int, int, torch.Tensor | None]:
     """The rows `mb`, cut to their own width: (ids, attention mask, prompt width, completion width, per-row
-    prompt lengths). `lengths`: the batch's row_lengths, computed once per update. `bucket` > 0 rounds both
-    widths up to a multiple of it (more padding, fewer distinct shapes: each is allocated and tuned once).
+    prompt lengths). `lengths`: the batch's row_lengths, computed once per update. `bucket` > 0 rounds the
+    completion width up to a multiple of it (at most the batch's) and so the row width (more padding, fewer
+    distinct shapes: each is allocated and tuned once).
 
     `causal` (None: CAUSAL_LAYOUT): the rows in causal_layout and no mask (None) wherever that is exact; the
     prompt lengths are None when no row moved (every completion starts at the prompt width), else (B,) on
-    the host. Otherwise, and where causal_layout declines, the mask of the usual layout and None."""
+    the host. Only padding follows the real tokens there, so the rows are padded on the right to a multiple
+    of `bucket`, past the batch's own columns: a run meets a couple of widths, whatever its prompts.
+    Otherwise, and where causal_layout declines, the mask of the usual layout, prompt and completion widths
+    each rounded up within the batch's, and None."""
     p_len, c_len = lengths
-    pw = bucket_up(int(p_len[mb].max()), bucket, batch.prompt_len)
+    pw = int(p_len[mb].max())
     cw = bucket_up(int(c_len[mb].max()), bucket, batch.completion_mask.shape[1])
+    if CAUSAL_LAYOUT if causal is None else causal:
+        cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
+        laid = causal_layout(batch.input_ids[mb, cols], batch.attention_mask[mb, cols], pw)
+        if laid is not None:  # pad id 0: any id will do after the real tokens (unscored or masked out)
+            ids = torch.nn.functional.pad(laid[0], (0, bucket_up(pw + cw, bucket) - pw - cw))
+            return ids.to(device), None, pw, cw, laid[1]
+    pw = bucket_up(pw, bucket, batch.prompt_len)
     cols = slice(batch.prompt_len - pw, batch.prompt_len + cw)
-    ids, am = batch.input_ids[mb, cols], batch.attention_mask[mb, cols]
-    laid = causal_layout(ids, am, pw) if (CAUSAL_LAYOUT if causal is None else causal) else None
-    if laid is not None:
-        return laid[0].to(device), None, pw, cw, laid[1]
-    return ids.to(device), am.to(device), pw, cw, None
+    return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw, None
 
 
 @dataclass(frozen=True)
@@ -208,6 +234,7 @@ class UpdateSettings:
     micro_batch_size: int
     micro_batch_tokens: int  # 0 = rows only
     width_bucket: int  # 0 = each micro-batch cut to its own width
+    row_bucket: int  # 0 = each micro-batch its own row count (pad_rows)
     fused_logprobs: bool  # head + log-prob a chunk at a time: no (B, Lc, V) logits
 
     @classmethod
@@ -223,6 +250,7 @@ class UpdateSettings:
             micro_batch_size=hw.micro_batch_size,
             micro_batch_tokens=hw.micro_batch_tokens,
             width_bucket=hw.width_bucket,
+            row_bucket=hw.row_bucket,
             fused_logprobs=hw.fused_logprobs,
         )
 
@@ -237,15 +265,18 @@ def batch_logprobs(
     passes: int = 0,
     bucket: int = 0,
     fused: bool = False,
+    row_bucket: int = 0,
 ) -> torch.Tensor | None:
     """Log-probs of the rows of micro-batches `mbs` at the batch's sampling temperature; under lock-step
-    (FSDP) `dist` runs empty forwards up to `passes` in all. A rank with no groups (batch None) returns None."""
+    (FSDP) `dist` runs empty forwards up to `passes` in all. A rank with no groups (batch None) returns None.
+    `bucket`, `row_bucket`: the update's width and row buckets, so these forwards meet its shapes."""
     out = None if batch is None else torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
     lengths = row_lengths(batch) if mbs else None
     for mb in mbs:
-        ids, am, pw, cw, plens = micro_view(batch, mb, lengths, device, bucket)
+        ids, am, pw, cw, plens = micro_view(batch, pad_rows(mb, row_bucket), lengths, device, bucket)
         t = batch.sampling.temperature
-        out[mb, :cw] = completion_logprobs(model, ids, am, pw, t, fused, plens).cpu()
+        lp = completion_logprobs(model, ids, am, pw, t, fused, plens, cw)
+        out[mb, :cw] = lp[: len(mb)].cpu()
     for _ in range(passes - len(mbs)):
         dist.empty_forward(model, device)
     return out
@@ -271,8 +302,17 @@ def policy_update(
     Rows whose advantage is exactly 0 (zero-variance groups) contribute no gradient when beta = 0, so
     they are left out of the forward/backward pass but still count in the loss normaliser: the
     gradient is exactly the one of the full batch, computed on fewer rows. Normalisers are totals over
-    all ranks (`dist` turns each rank's loss into its share of the global mean).
+    all ranks (`dist` turns each rank's loss into its share of the global mean). The update's gc seconds
+    and, on CUDA, allocator counters come with the metrics (pods/update/probe.py).
     """
+    with UpdateProbe(device) as probe:
+        stats = _update(model, batch, optimizer, scheduler, us, device, dist, ref_model)
+    return {**stats, **probe.metrics()}
+
+
+def _update(
+    model, batch, optimizer, scheduler, us: UpdateSettings, device, dist, ref_model
+) -> dict[str, float]:
     if batch is None:  # this rank got no groups this step
         adv, mask = torch.zeros(0), torch.zeros(0, 0)
     else:
@@ -302,9 +342,13 @@ def policy_update(
     )
     passes = dist.passes(len(micro))  # FSDP: every rank runs as many passes as the busiest one
     fwd = dist.forward_passes(len(micro))
-    wb, fu = us.width_bucket, us.fused_logprobs
-    old = batch_logprobs(model, batch, micro, device, dist, fwd, wb, fu) if us.mu > 1 and fwd else None
-    ref = batch_logprobs(ref_model, batch, micro, device, bucket=wb) if us.beta > 0 and len(rows) else None
+    wb, rb, fu = us.width_bucket, us.row_bucket, us.fused_logprobs
+    old = batch_logprobs(model, batch, micro, device, dist, fwd, wb, fu, rb) if us.mu > 1 and fwd else None
+    ref = (
+        batch_logprobs(ref_model, batch, micro, device, bucket=wb, row_bucket=rb)
+        if us.beta > 0 and len(rows)
+        else None
+    )
     step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
@@ -354,21 +398,23 @@ _SEEN_SHAPES: set[tuple[int, int, bool]] = set()
 
 def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
     b = step.batch
-    ids, am, pw, cw, plens = micro_view(b, mb, step.lengths, device, us.width_bucket)
-    shape = (len(mb), pw + cw, am is not None)
-    tot["width_max"] = max(tot["width_max"], pw + cw)
+    idx = pad_rows(mb, us.row_bucket)  # (R,) mb, then padding rows that count for nothing
+    real = torch.arange(len(idx)) < len(mb)  # (R,)
+    ids, am, pw, cw, plens = micro_view(b, idx, step.lengths, device, us.width_bucket)
+    shape = (len(idx), ids.shape[1], am is not None)
+    tot["width_max"] = max(tot["width_max"], ids.shape[1])
     tot["masked"] += float(am is not None)
     tot["new_shapes"] += float(shape not in _SEEN_SHAPES)
     _SEEN_SHAPES.add(shape)
-    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs, plens)
+    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs, plens, cw)
     loss, st = policy_loss(
         logp,
-        step.old[mb, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
-        b.advantages[mb].to(device, logp.dtype),
-        b.completion_mask[mb, :cw].to(device),
+        step.old[idx, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
+        torch.where(real, b.advantages[idx], 0.0).to(device, logp.dtype),
+        (b.completion_mask[idx, :cw] * real[:, None]).to(device),
         us.epsilon,
         us.epsilon_high,
-        step.ref[mb, :cw].to(device) if step.ref is not None else None,
+        step.ref[idx, :cw].to(device) if step.ref is not None else None,
         us.beta,
         us.loss_agg,
         step.num_tokens,

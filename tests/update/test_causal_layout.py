@@ -87,3 +87,36 @@ def test_causal_layout_declines_rows_it_cannot_make_exact():
     full = torch.ones(2, 4, dtype=torch.long)
     out, plens = causal_layout(ids, full, 2)
     assert out is ids and plens is None
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("case", list(CASES))
+def test_width_padded_past_the_batch_gives_the_unbucketed_log_probs_and_gradients(case, fused):
+    """Under the causal layout the row width is a multiple of the bucket even past the batch's own 13 columns
+    (pad tokens on the right, never scored): the masked, unbucketed path's log-probs and gradients."""
+    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True).float()
+    batch = _batch(*CASES[case])
+    mb, lengths = torch.arange(len(batch.texts)), row_lengths(batch)
+    cmask = batch.completion_mask.bool()
+    out = []
+    for causal, bucket in ((False, 0), (True, 8)):
+        model.zero_grad()
+        ids, am, pw, cw, plens = micro_view(batch, mb, lengths, torch.device("cpu"), bucket, causal)
+        if causal:
+            assert am is None and ids.shape[1] == 16  # 6 + 7 columns, padded up to 16
+        lp = completion_logprobs(model, ids, am, pw, 0.9, fused, plens, cw)
+        assert lp.shape == (3, cw)
+        (lp * cmask[:, :cw]).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        out.append((lp.detach()[cmask[:, :cw]], grads))
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-5), (out[0][0] - out[1][0]).abs().max()
+    assert torch.allclose(out[0][1], out[1][1], atol=1e-5), (out[0][1] - out[1][1]).abs().max()
+
+
+def test_a_row_that_breaks_the_layout_keeps_the_mask_within_the_batch_width():
+    """Where causal_layout declines (a hole in a row), the bucketed widths stay within the batch's own."""
+    batch = _batch([6, 3, 1], [7, 2, 5])
+    batch.attention_mask[0, 2] = 0  # a hole inside row 0's prompt
+    ids, am, pw, cw, plens = micro_view(batch, torch.arange(3), row_lengths(batch), torch.device("cpu"), 4)
+    assert am is not None and plens is None
+    assert (pw, cw) == (6, 7) and ids.shape == (3, 13)  # 6 -> 8 and 7 -> 8, each capped at the batch's

@@ -26,7 +26,12 @@ def cfg():
     return SimpleNamespace(
         algo=SimpleNamespace(beta=0.0, mu=1, epsilon=0.2, epsilon_high=None, loss_agg="token"),
         hardware=SimpleNamespace(
-            micro_batch_size=2, micro_batch_tokens=0, width_bucket=0, fused_logprobs=False, distributed="none"
+            micro_batch_size=2,
+            micro_batch_tokens=0,
+            width_bucket=0,
+            row_bucket=0,
+            fused_logprobs=False,
+            distributed="none",
         ),
         rollout=SimpleNamespace(temperature=1.0),
         optim=SimpleNamespace(grad_clip=1.0),

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods.distributed import Dist
+from pods.update import step as step_mod
 from pods.update.step import UpdateSettings, plan_micro_batches, policy_update
+from tests.conftest import random_qwen2
+from tests.update.test_causal_layout import _batch
 from tests.update.test_numerics import TinyLM, batch, cfg
 
 
@@ -58,3 +62,35 @@ def test_any_split_gives_the_same_update():
         for p, q in zip(params, results[0][1]):
             assert torch.allclose(p, q, atol=1e-6)
     assert not torch.equal(results[0][1][0], next(model0.parameters()))  # the update did something
+
+
+@pytest.mark.parametrize("agg", ["token", "sequence"])
+@pytest.mark.parametrize("mu,beta", [(1, 0.0), (2, 0.1)])
+def test_bucketed_rows_and_widths_give_the_same_update_on_a_real_model(agg, mu, beta):
+    """Qwen2 rows of different prompt and completion lengths: rows padded to a multiple of 4 with rows that
+    count for nothing, widths to a multiple of 8 past the batch's own (causal layout), against the masked
+    unbucketed update. Same loss and weights; every micro-batch shape on the bucket grid."""
+    b = _batch([6, 3, 1, 5, 2], [7, 2, 5, 1, 6])
+    b.advantages = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.5])
+    model0 = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True).float()
+    results = []
+    for causal, width, rows in [(False, 0, 0), (True, 8, 4), (True, 8, 8)]:
+        model = copy.deepcopy(model0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        c = cfg()
+        c.algo.loss_agg, c.algo.mu, c.algo.beta = agg, mu, beta
+        c.hardware.micro_batch_size, c.hardware.fused_logprobs = 3, True  # micro-batches of 3 and 2 rows
+        c.hardware.width_bucket, c.hardware.row_bucket = width, rows
+        us = UpdateSettings.from_config(c)
+        ref = copy.deepcopy(model0) if beta else None
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(step_mod, "CAUSAL_LAYOUT", causal)
+            stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None), ref)
+        if width:
+            assert stats["update/width_max"] % width == 0 and stats["update/masked_micro_batches"] == 0
+        results.append((stats["update/loss"], torch.cat([p.detach().flatten() for p in model.parameters()])))
+    for loss, params in results[1:]:
+        assert loss == pytest.approx(results[0][0], abs=1e-6)
+        assert torch.allclose(params, results[0][1], atol=1e-6), (params - results[0][1]).abs().max()
+    assert not torch.equal(results[0][1], torch.cat([p.flatten() for p in model0.parameters()]))

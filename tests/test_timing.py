@@ -1,0 +1,67 @@
+"""Per-phase peak GPU memory: each phase's own peak, nested phases inside their parent's, the run's peak kept
+across the resets; nothing on a CPU. The CUDA allocator is faked (no GPU here)."""
+
+from __future__ import annotations
+
+import torch
+
+from pods.timing import PhaseTimer
+
+GIB = 2**30
+
+
+class FakeAllocator:
+    """torch.cuda's allocated-bytes counter and its resettable peak."""
+
+    def __init__(self):
+        self.now = self.peak = 0
+
+    def alloc(self, gib: float) -> None:
+        self.now += int(gib * GIB)
+        self.peak = max(self.peak, self.now)
+
+    def reset(self) -> None:
+        self.peak = self.now
+
+
+def test_no_memory_metrics_without_a_gpu():
+    timer = PhaseTimer(sync_cuda=True, peak_memory=True)
+    assert timer.peak_memory == torch.cuda.is_available()
+    if not timer.peak_memory:
+        with timer.phase("update"):
+            pass
+        assert not any(k.startswith("memory/") for k in timer.pop_step())
+
+
+def test_each_phase_gets_its_own_peak_and_the_run_keeps_its_own(monkeypatch):
+    mem = FakeAllocator()
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: mem.peak)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: mem.reset())
+    timer = PhaseTimer()
+    timer.peak_memory = True
+    mem.alloc(10)  # loading: the run's peak, before any phase
+    mem.alloc(-8)
+    with timer.phase("generation"):
+        mem.alloc(3)  # 5 GiB
+        mem.alloc(-3)
+        with timer.phase("compile"):  # nested: resets the counter, generation keeps its 5
+            mem.alloc(1)
+            mem.alloc(-1)
+        mem.alloc(0.5)
+        mem.alloc(-0.5)
+    with timer.phase("update"):
+        mem.alloc(4)  # 6 GiB
+        mem.alloc(-4)
+    with timer.phase("eval"):
+        mem.alloc(1)
+    rec = timer.pop_phase("eval")
+    assert rec["memory/peak_eval_gib"] == 3.0 and "timing/eval" in rec
+    out = timer.pop_step()
+    peaks = {k: v for k, v in out.items() if k.startswith("memory/")}
+    assert peaks == {
+        "memory/peak_generation_gib": 5.0,
+        "memory/peak_compile_gib": 3.0,
+        "memory/peak_update_gib": 6.0,
+    }
+    assert timer.max_allocated == 10 * GIB  # what bench.PeakMemory adds to the counter it reads at the end
+    assert timer.pop_step() == {"timing/step": 0}  # reset with the step
