@@ -24,6 +24,26 @@ def _batch(prompt_lens, comp_lens, lp=6, lc=7, vocab=97, seed=0) -> Rollouts:
     return Rollouts(ids, am, lp, cm.long(), [""] * b, [0], b, advantages=torch.ones(b))
 
 
+def _scored(model, batch, causal: bool, fused: bool, bucket: int = 0):
+    """micro_view of the whole batch, then the completion log-probs and the gradient of their masked sum:
+    (ids, attention mask, real-token log-probs, flattened gradients)."""
+    mb, lengths = torch.arange(len(batch.texts)), row_lengths(batch)
+    cmask = batch.completion_mask.bool()
+    model.zero_grad()
+    ids, am, pw, cw, plens = micro_view(batch, mb, lengths, torch.device("cpu"), bucket, causal)
+    lp = completion_logprobs(model, ids, am, pw, 0.9, fused, plens, cw)
+    assert lp.shape == (len(mb), cw)
+    (lp * cmask[:, :cw]).sum().backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return ids, am, lp.detach()[cmask[:, :cw]], grads
+
+
+def _assert_same(a, b) -> None:
+    """Two _scored results: the same log-probs and gradients (float32)."""
+    assert torch.allclose(a[2], b[2], atol=1e-5), (a[2] - b[2]).abs().max()
+    assert torch.allclose(a[3], b[3], atol=1e-5), (a[3] - b[3]).abs().max()
+
+
 CASES = {
     "all full length": ([6, 6, 6], [7, 7, 7]),
     "one stopped early": ([6, 6, 6], [7, 2, 7]),
@@ -36,20 +56,9 @@ CASES = {
 def test_causal_layout_gives_the_masked_log_probs_and_gradients(case, fused):
     model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True).float()
     batch = _batch(*CASES[case])
-    mb, lengths = torch.arange(len(batch.texts)), row_lengths(batch)
-    cmask = batch.completion_mask.bool()
-    out = []
-    for causal in (False, True):
-        model.zero_grad()
-        ids, am, pw, cw, plens = micro_view(batch, mb, lengths, torch.device("cpu"), causal=causal)
-        assert (am is None) == causal  # every case here has one run of real tokens per row
-        lp = completion_logprobs(model, ids, am, pw, 0.9, fused, plens)
-        assert lp.shape == (3, cw)
-        (lp * cmask[:, :cw]).sum().backward()
-        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        out.append((lp.detach()[cmask[:, :cw]], grads))
-    assert torch.allclose(out[0][0], out[1][0], atol=1e-5), (out[0][0] - out[1][0]).abs().max()
-    assert torch.allclose(out[0][1], out[1][1], atol=1e-5), (out[0][1] - out[1][1]).abs().max()
+    masked, causal = _scored(model, batch, False, fused), _scored(model, batch, True, fused)
+    assert masked[1] is not None and causal[1] is None  # every case here has one run of real tokens per row
+    _assert_same(masked, causal)
 
 
 def test_sdpa_gets_no_mask_and_keeps_grouped_heads_when_a_completion_stops_early(monkeypatch):
@@ -96,21 +105,9 @@ def test_width_padded_past_the_batch_gives_the_unbucketed_log_probs_and_gradient
     (pad tokens on the right, never scored): the masked, unbucketed path's log-probs and gradients."""
     model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True).float()
     batch = _batch(*CASES[case])
-    mb, lengths = torch.arange(len(batch.texts)), row_lengths(batch)
-    cmask = batch.completion_mask.bool()
-    out = []
-    for causal, bucket in ((False, 0), (True, 8)):
-        model.zero_grad()
-        ids, am, pw, cw, plens = micro_view(batch, mb, lengths, torch.device("cpu"), bucket, causal)
-        if causal:
-            assert am is None and ids.shape[1] == 16  # 6 + 7 columns, padded up to 16
-        lp = completion_logprobs(model, ids, am, pw, 0.9, fused, plens, cw)
-        assert lp.shape == (3, cw)
-        (lp * cmask[:, :cw]).sum().backward()
-        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        out.append((lp.detach()[cmask[:, :cw]], grads))
-    assert torch.allclose(out[0][0], out[1][0], atol=1e-5), (out[0][0] - out[1][0]).abs().max()
-    assert torch.allclose(out[0][1], out[1][1], atol=1e-5), (out[0][1] - out[1][1]).abs().max()
+    masked, bucketed = _scored(model, batch, False, fused), _scored(model, batch, True, fused, bucket=8)
+    assert bucketed[1] is None and bucketed[0].shape[1] == 16  # 6 + 7 columns, padded up to 16
+    _assert_same(masked, bucketed)
 
 
 def test_a_row_that_breaks_the_layout_keeps_the_mask_within_the_batch_width():
