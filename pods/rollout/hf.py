@@ -7,15 +7,16 @@ Two paths, one sampling distribution:
   in place after every update (LoRA adapters merged into it, so decoding costs what the base model costs),
   a static KV cache and a decode step compiled and replayed as one CUDA graph per token, sampling and stop
   bookkeeping included (`rollout.loop=graph`, pods/rollout/step_graph.py; `generate` keeps transformers'
-  loop around its automatic torch.compile of the forward). A decode
-  step on a small policy is bound by kernel launches, not by the GPU: compiling it is what makes extra
-  rollouts nearly free, the regime PODS is built for. Shapes are fixed so a run compiles a handful of times:
-  prompts are left-padded to a multiple of `prompt_bucket`, chunks have a fixed number of rows (the last is
-  padded with rows that are stopped at once), and the cache always holds `max_prompt_len + max_new_tokens`.
-  The first call at a new shape is a warm-up (compile + graph capture) timed as `compile`, outside the
-  training clock, with the random streams restored so the warm-up draws nothing. Attention reads each
-  grouped KV head once (pods/rollout/attention.py), and the host does not wait for the GPU every token
-  (the graph loop reads the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy can be the policy's own base (pods/rollout/gen_copy.py).
+  loop around its automatic torch.compile of the forward). A decode step on a small policy is bound by
+  kernel launches, not by the GPU: compiling it is what makes extra rollouts nearly free, the regime PODS
+  is built for. Shapes are fixed so a run compiles a handful of times: prompts are left-padded to a
+  multiple of `prompt_bucket`, chunks have a fixed number of rows (the last is padded with rows that are
+  stopped at once), and the cache always holds `max_prompt_len + max_new_tokens`. The first call at a new
+  shape is a warm-up (compile + graph capture) timed as `compile`, outside the training clock, with the
+  random streams restored so the warm-up draws nothing. Attention reads each grouped KV head once
+  (pods/rollout/attention.py), and the host does not wait for the GPU every token (the graph loop reads
+  the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy
+  can be the policy's own base (pods/rollout/gen_copy.py).
 """
 
 from __future__ import annotations
@@ -218,14 +219,8 @@ class HFGenerator(Backend):
                     input_ids=ids, attention_mask=am, stopping_criteria=stop, **kwargs
                 )
         dec = self._step_decoder(ids.shape[0], kwargs["max_cache_len"])
-        t = kwargs.get("temperature") or 0.0
-        sampling = (
-            (t, kwargs.get("top_p") or 1.0, kwargs.get("top_k") or 0)
-            if kwargs["do_sample"]
-            else (0.0, 1.0, 0)
-        )
         check = CHECK_EVERY if self.device.type == "cuda" else 1  # a host sync every `check` tokens
-        new = dec.run(ids, am, done, max_new or self.max_new_tokens, sampling, check_every=check)
+        new = dec.run(ids, am, done, max_new or self.max_new_tokens, _sampling(kwargs), check_every=check)
         return torch.cat([ids, new], 1)
 
     def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -239,14 +234,9 @@ class HFGenerator(Backend):
             am = torch.cat([am, am[:1].expand(fill, -1)])
             done[b:] = True
         ids, am, lp = ids.to(self.device), am.to(self.device), ids.shape[1]
-        warm_key = (
-            (rows, lp)
-            if self.loop == "generate"
-            else (rows, lp, kwargs["do_sample"], kwargs.get("temperature"))
-        )
-        if (
-            self.compiled and warm_key not in self.warm_shapes
-        ):  # the graph loop: one graph per sampling setting
+        # the graph loop captures one graph per sampling setting: each is a shape to warm up
+        warm_key = (rows, lp) if self.loop == "generate" else (rows, lp, _sampling(kwargs))
+        if self.compiled and warm_key not in self.warm_shapes:
             self._warm_up(ids, am, done, kwargs)
             self.warm_shapes.add(warm_key)
         stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
@@ -315,6 +305,13 @@ class HFGenerator(Backend):
             group_size=n,
             sampling=Sampling(temperature, top_p, top_k),
         )
+
+
+def _sampling(kwargs: dict) -> tuple[float, float, int]:
+    """generate() keyword arguments -> the graph loop's (temperature, top_p, top_k); (0, 1, 0) = greedy."""
+    if not kwargs["do_sample"]:
+        return 0.0, 1.0, 0
+    return float(kwargs["temperature"]), float(kwargs["top_p"]), int(kwargs["top_k"])
 
 
 @contextmanager

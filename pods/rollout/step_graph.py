@@ -73,15 +73,8 @@ class StepDecoder:
     """
 
     def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
-        self.model, self.rows, self.cache_len, self.pad_id, self.capture = (
-            model,
-            rows,
-            cache_len,
-            pad_id,
-            capture,
-        )
-        dev = next(model.parameters()).device
-        self.device = dev
+        self.model, self.cache_len, self.pad_id, self.capture = model, cache_len, pad_id, capture
+        self.device = dev = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
