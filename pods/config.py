@@ -269,6 +269,8 @@ class HardwareConfig:
     fused_logprobs: bool = False  # update: head + log-prob a chunk of positions at a time, never the
     # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
+    update_sdpa: str = "auto"  # the SDPA kernel the update tries first: auto (torch's order; on Hopper
+    # torch 2.11 puts cuDNN first) | flash | cudnn | efficient | math (the others stay as fallbacks)
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
     )
@@ -289,6 +291,7 @@ class HardwareConfig:
             "hardware.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"]
         )
         at_least("hardware.micro_batch_size", self.micro_batch_size, 1)
+        choice("hardware.update_sdpa", self.update_sdpa, ["auto", "flash", "cudnn", "efficient", "math"])
         if self.num_threads < 0:
             raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
         interval("hardware.vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 0, 1, "(]")
@@ -318,6 +321,8 @@ class RolloutConfig:
     loop: str = "graph"  # hf compiled: graph (the whole decode step, sampling included, replayed as one
     # CUDA graph per token: pods/rollout/step_graph.py; one static cache per chunk row count) | generate
     # (transformers' generate loop around a compiled forward)
+    release_cache: bool = True  # hf graph loop: free the static cache and the captured graphs after each
+    # generate call (the update gets that memory; the next call allocates and captures again)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
     def check(self) -> None:

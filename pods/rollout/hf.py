@@ -16,7 +16,9 @@ Two paths, one sampling distribution:
   random streams restored so the warm-up draws nothing. Attention reads each grouped KV head once
   (pods/rollout/attention.py), and the host does not wait for the GPU every token (the graph loop reads
   the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy
-  can be the policy's own base (pods/rollout/gen_copy.py).
+  can be the policy's own base (pods/rollout/gen_copy.py). The graph loop frees its static caches and
+  graphs after each generate call (`rollout.release_cache`), so the update can use that memory; the next
+  call allocates them again and captures after two eager steps.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class HFGenerator(Backend):
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
             prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
             share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt, loop=r.loop,
+            release_cache=r.release_cache,
         )  # fmt: skip
 
     @staticmethod
@@ -128,6 +131,7 @@ class HFGenerator(Backend):
         defer_stop: bool | None = None,
         size_cache_to_prompt: bool = False,
         loop: str = "graph",
+        release_cache: bool = False,
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -141,6 +145,7 @@ class HFGenerator(Backend):
             raise ValueError(f"rollout.loop={loop!r} is not valid; allowed values: generate, graph")
         self.loop = loop if compiled else "generate"  # the graph loop decodes the static-cache copy
         self.step_decoders: dict[tuple[int, int], StepDecoder] = {}  # (rows, cache length) -> its decoder
+        self.release_cache = release_cache  # graph loop: caches and graphs freed after each generate()
         self.warm_shapes: set[tuple] = set()
         self.compile_seconds = 0.0
         self.copy = None
@@ -284,6 +289,9 @@ class HFGenerator(Backend):
             ]
         finally:
             self.batch_size = saved_bs
+            if self.release_cache:
+                for dec in self.step_decoders.values():
+                    dec.release()
             if self.copy is not None:
                 self.copy.restore()
             if was_training:

@@ -70,6 +70,11 @@ class StepDecoder:
     cache columns a query may attend (B, cache_len) and the finished rows (B,); the new tokens are written to
     `out` (B, cache_len) at the cache column where they are fed. `capture=True` (CUDA): the decode step is
     compiled and captured as one CUDA graph per sampling setting after two eager steps, then replayed.
+
+    `release()` frees the cache's storage and drops the graphs between rollouts (rollout.release_cache): the
+    update can use that memory, and the next run allocates the cache again and captures anew after two
+    eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
+    guard, so a new address recompiles nothing).
     """
 
     def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
@@ -87,6 +92,30 @@ class StepDecoder:
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.forward = torch.compile(self._forward, dynamic=False) if capture else self._forward
+        self.released = False
+
+    def _cache_tensors(self) -> list[torch.Tensor]:
+        """The static cache's key and value tensors (none before its first prefill: they are made lazily)."""
+        layers = getattr(self.cache, "layers", [])
+        return [
+            t
+            for ly in layers
+            for t in (getattr(ly, "keys", None), getattr(ly, "values", None))
+            if t is not None
+        ]
+
+    def release(self) -> None:
+        """Free the cache's storage (the tensors stay, with no memory behind them) and drop the captured graphs
+        with their memory pools; the next run() gives the cache its memory back and captures again."""
+        for t in self._cache_tensors():
+            t.untyped_storage().resize_(0)
+        self.graphs.clear()
+        self.released = True
+
+    def _reclaim(self) -> None:
+        for t in self._cache_tensors():  # cache.reset() zeroes them next
+            t.untyped_storage().resize_(t.numel() * t.element_size())
+        self.released = False
 
     def _forward(self, tokens, mask, pos) -> torch.Tensor:
         out = self.model(
@@ -147,6 +176,8 @@ class StepDecoder:
                 f"prompt width {lp} + {max_new} new tokens do not fit a cache of {self.cache_len}"
             )
         sampling = (float(sampling[0]), float(sampling[1]), int(sampling[2]))
+        if self.released:
+            self._reclaim()
         self.cache.reset()
         self.keep.zero_()
         self.keep[:, :lp] = am.bool()
@@ -163,6 +194,8 @@ class StepDecoder:
             if steps % check_every == 0 and bool(self.done.all()):
                 break
             graph = self.graphs.get(sampling)
+            if graph is None and self.capture and eager >= 2:  # compiled and warmed up: capture, then replay
+                graph = self.graphs[sampling] = self._capture(sampling)
             if graph is not None:
                 graph.replay()
             else:
@@ -170,6 +203,4 @@ class StepDecoder:
                     self._step(sampling)
                 eager += 1
             steps += 1
-        if self.capture and sampling not in self.graphs and eager >= 2:  # compiled and warmed up
-            self.graphs[sampling] = self._capture(sampling)
         return self.out[:, lp : lp + steps]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pods.batch import Rollouts
 from pods.update.logprobs import linear_token_logprobs, token_logprobs
@@ -220,6 +222,25 @@ def micro_view(
     return batch.input_ids[mb, cols].to(device), batch.attention_mask[mb, cols].to(device), pw, cw, None
 
 
+# hardware.update_sdpa -> the backend tried first; the rest follow as fallbacks for calls it cannot take
+SDPA_FIRST = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def sdpa_preference(name: str):
+    """A context in which scaled_dot_product_attention tries backend `name` first ("auto": torch's order,
+    untouched). On an H100, torch 2.11 tries cuDNN first; cuDNN builds an execution plan for every new
+    attention shape, a first-time cost the flash kernel does not have (issue 18, target 5)."""
+    if name == "auto":
+        return nullcontext()
+    first = SDPA_FIRST[name]
+    return sdpa_kernel([first, *(b for b in SDPA_FIRST.values() if b != first)], set_priority=True)
+
+
 @dataclass(frozen=True)
 class UpdateSettings:
     """What the update needs from the config (algo.*, optim.grad_clip, hardware micro-batching); no defaults
@@ -236,6 +257,7 @@ class UpdateSettings:
     width_bucket: int  # 0 = each micro-batch cut to its own width
     row_bucket: int  # 0 = each micro-batch its own row count (pad_rows)
     fused_logprobs: bool  # head + log-prob a chunk at a time: no (B, Lc, V) logits
+    sdpa: str  # hardware.update_sdpa: the attention kernel tried first (sdpa_preference)
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -252,6 +274,7 @@ class UpdateSettings:
             width_bucket=hw.width_bucket,
             row_bucket=hw.row_bucket,
             fused_logprobs=hw.fused_logprobs,
+            sdpa=hw.update_sdpa,
         )
 
 
@@ -305,7 +328,7 @@ def policy_update(
     all ranks (`dist` turns each rank's loss into its share of the global mean). The update's gc seconds
     and, on CUDA, allocator counters come with the metrics (pods/update/probe.py).
     """
-    with UpdateProbe(device) as probe:
+    with UpdateProbe(device) as probe, sdpa_preference(us.sdpa):
         stats = _update(model, batch, optimizer, scheduler, us, device, dist, ref_model)
     return {**stats, **probe.metrics()}
 

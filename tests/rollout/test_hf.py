@@ -28,7 +28,10 @@ def tiny():
 
 
 def gen(tiny, compiled: bool, batch_size: int = 256, timer=None, **kw) -> HFGenerator:
+    """loop="graph-release": the graph loop freeing its caches and graphs after every generate call."""
     model, tok = tiny
+    if kw.get("loop") == "graph-release":
+        kw.update(loop="graph", release_cache=True)
     return HFGenerator(
         model,
         tok,
@@ -49,7 +52,7 @@ def test_shape_helpers():
     assert [chunk_rows(n, 256) for n in (1, 2, 3, 16, 17, 256, 999)] == [1, 2, 4, 16, 32, 256, 256]
 
 
-LOOPS = pytest.mark.parametrize("loop", ["generate", "graph"])
+LOOPS = pytest.mark.parametrize("loop", ["generate", "graph", "graph-release"])
 
 
 @LOOPS
@@ -102,9 +105,10 @@ def test_compile_warm_up_is_timed_outside_the_training_clock(tiny, loop):
     )
     assert timer.train_clock == pytest.approx(times["timing/generation"])
     assert times["timing/step"] == pytest.approx(times["timing/generation"])
-    with timer.phase("generation"):  # same shape: no second warm-up
+    with timer.phase("generation"):  # same shape: no second warm-up (a released cache is not a new shape)
         g.generate(PROMPTS[1:2], [1], 4, 1.0)
     assert "timing/compile" not in timer.pop_step()
+    assert all(d.released == g.release_cache for d in g.step_decoders.values())
 
 
 def test_nested_phases_count_once():
@@ -323,6 +327,34 @@ def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(tiny):
     greedy = g.generate(PROMPTS, [0, 1, 2], 2, 0.0)
     assert greedy.texts == ref.texts
     assert all(d.graphs for d in g.step_decoders.values())  # captured during the warm-up
+    sampled = []
+    for _ in range(2):
+        torch.manual_seed(11)
+        sampled.append(g.generate(PROMPTS[:2], [0, 1], 4, 1.0).texts)
+    assert sampled[0] == sampled[1] and len(set(sampled[0])) > 1
+
+
+@pytest.mark.gpu
+def test_released_graph_loop_on_cuda_recaptures_without_recompiling(tiny):
+    """CUDA only: with rollout.release_cache the cache has no storage between calls, the next call allocates
+    it again and captures anew without compiling again, and decodes what the generate loop decodes
+    (greedy) and the same samples under a fixed seed."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from torch._dynamo.utils import counters
+
+    _, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
+    kw = dict(compiled=True, dtype=torch.bfloat16, prompt_bucket=16, max_prompt_len=64)
+    ref = HFGenerator(model, tok, "cuda", 8, 24, loop="generate", **kw).generate(PROMPTS, [0, 1, 2], 2, 0.0)
+    g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", release_cache=True, **kw)
+    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref.texts  # compiles, captures, releases
+    decs = list(g.step_decoders.values())
+    assert all(d.released and not d.graphs for d in decs)
+    assert all(t.untyped_storage().nbytes() == 0 for d in decs for t in d._cache_tensors())
+    compiled = dict(counters["stats"])
+    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref.texts
+    assert dict(counters["stats"]) == compiled  # a new cache address compiles nothing
     sampled = []
     for _ in range(2):
         torch.manual_seed(11)

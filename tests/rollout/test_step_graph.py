@@ -72,3 +72,36 @@ def test_decoder_matches_generate_and_reuses_its_buffers():
     assert (got[2] == 0).all() and torch.equal(got[:2], want[:2])
     with pytest.raises(ValueError, match="do not fit"):
         dec.run(ids, am, done, 10, (0.0, 1.0, 0))
+
+
+def test_release_frees_the_cache_and_the_next_run_decodes_the_same():
+    """release() leaves the cache tensors with no storage; the next run gives it back (zeroed by the reset)
+    and decodes exactly what a decoder that never released does, greedy and seeded."""
+    m = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).eval()
+    ids = torch.randint(3, 61, (2, 5))
+    am = torch.ones_like(ids)
+    done = torch.zeros(2, dtype=torch.bool)
+    kept = StepDecoder(m, rows=2, cache_len=12, eos_ids=[1], pad_id=0, capture=False)
+    freed = StepDecoder(m, rows=2, cache_len=12, eos_ids=[1], pad_id=0, capture=False)
+    for sampling in [(0.0, 1.0, 0), (1.0, 0.9, 0), (0.0, 1.0, 0)]:
+        torch.manual_seed(3)
+        want = kept.run(ids, am, done, 6, sampling).clone()
+        torch.manual_seed(3)
+        got = freed.run(ids, am, done, 6, sampling).clone()
+        assert torch.equal(got, want)
+        tensors = freed._cache_tensors()
+        assert tensors and all(t.untyped_storage().nbytes() > 0 for t in tensors)
+        freed.release()
+        assert freed.released and all(t.untyped_storage().nbytes() == 0 for t in tensors)
+        assert not freed.graphs
+
+
+def test_release_before_any_run_is_harmless():
+    m = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).eval()
+    dec = StepDecoder(m, rows=1, cache_len=8, eos_ids=[1], pad_id=0, capture=False)
+    dec.release()  # no cache tensors yet (made at the first prefill)
+    ids = torch.randint(3, 61, (1, 3))
+    assert dec.run(ids, torch.ones_like(ids), torch.zeros(1, dtype=torch.bool), 4, (0.0, 1.0, 0)).shape == (
+        1,
+        4,
+    )

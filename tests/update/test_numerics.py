@@ -31,6 +31,7 @@ def cfg():
             width_bucket=0,
             row_bucket=0,
             fused_logprobs=False,
+            update_sdpa="auto",
             distributed="none",
         ),
         rollout=SimpleNamespace(temperature=1.0),

@@ -94,3 +94,32 @@ def test_bucketed_rows_and_widths_give_the_same_update_on_a_real_model(agg, mu, 
         assert loss == pytest.approx(results[0][0], abs=1e-6)
         assert torch.allclose(params, results[0][1], atol=1e-6), (params - results[0][1]).abs().max()
     assert not torch.equal(results[0][1], torch.cat([p.flatten() for p in model0.parameters()]))
+
+
+def test_sdpa_preference_puts_one_backend_first_and_restores_the_order():
+    before = torch._C._get_sdp_priority_order()
+    with step_mod.sdpa_preference("flash"):
+        assert torch._C._get_sdp_priority_order()[0] == int(step_mod.SDPBackend.FLASH_ATTENTION)
+    assert torch._C._get_sdp_priority_order() == before
+    with step_mod.sdpa_preference("auto"):
+        assert torch._C._get_sdp_priority_order() == before
+
+
+@pytest.mark.parametrize("first", ["flash", "efficient", "math"])
+def test_the_sdpa_backend_tried_first_does_not_change_the_update(first):
+    """On a CPU flash and math run and efficient falls back to the others: the same weights after one step."""
+    b = _batch([6, 3, 1, 5, 2], [7, 2, 5, 1, 6])
+    b.advantages = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.5])
+    model0 = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2).float()
+    out = []
+    for choice in ("auto", first):
+        model = copy.deepcopy(model0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        c = cfg()
+        c.hardware.update_sdpa = choice
+        us = UpdateSettings.from_config(c)
+        policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None))
+        out.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(out[0], out[1], atol=1e-5)
+    assert not torch.equal(out[0], torch.cat([p.flatten() for p in model0.parameters()]))
