@@ -79,7 +79,11 @@ def build_model_dir(args, root: Path) -> Path:
         bos_token_id=None,
     )
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if args.device == "cuda" else torch.float32)
+    if args.device == "cuda":  # initialised on the GPU: a 3B model takes about a minute on the host
+        with torch.device("cuda"):
+            model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    else:
+        model = Qwen2ForCausalLM(cfg)
     model.generation_config.eos_token_id = tok.eos_token_id
     path = root / "model"
     model.save_pretrained(path)
@@ -205,6 +209,102 @@ class PeakMemory:
         self.gib, self.start_gib = (peak - self.base) / 2**30, self.base / 2**30
 
 
+# packages whose frames name an allocation in a memory trace (the innermost such frame), before torch's own
+APP_FRAMES = ("pods/", "trl/", "peft/", "transformers/", "accelerate/", "scripts/")
+
+
+def frame_key(frames: list[dict]) -> str:
+    """An allocation's innermost frame from APP_FRAMES as 'package/file.py:line function', else its innermost
+    frame; frames are innermost first, as torch's allocator trace records them.
+
+    >>> frame_key([{"filename": "/x/torch/nn/functional.py", "line": 3, "name": "linear"},
+    ...            {"filename": "/y/site-packages/peft/tuners/lora/layer.py", "line": 9, "name": "forward"}])
+    'peft/tuners/lora/layer.py:9 forward'
+    """
+    for f in frames:
+        for pkg in APP_FRAMES:
+            i = f["filename"].rfind("/" + pkg)
+            if i >= 0:
+                return f"{f['filename'][i + 1 :]}:{f['line']} {f['name']}"
+    if not frames:
+        return "?"
+    return f"{'/'.join(frames[0]['filename'].split('/')[-2:])}:{frames[0]['line']} {frames[0]['name']}"
+
+
+def peak_breakdown(trace: list[dict], end_bytes: int) -> dict:
+    """A CUDA allocator trace (events of torch.cuda.memory._snapshot()['device_traces'][d], oldest first,
+    possibly only the last ones) and the bytes allocated when it ended -> the peak of allocated bytes within
+    the trace and what was live then, grouped by frame_key. Blocks allocated before the trace's first event
+    count as 'before the trace'.
+
+    >>> ev = lambda a, addr, size, f="/a/pods/x.py": {"action": a, "addr": addr, "size": size,
+    ...                                              "frames": [{"filename": f, "line": 1, "name": "g"}]}
+    >>> out = peak_breakdown([ev("alloc", 1, 10), ev("alloc", 2, 5), ev("free_completed", 9, 4),
+    ...                       ev("free_completed", 1, 10)], end_bytes=101)
+    >>> out["peak_bytes"], out["groups"]
+    (115, {'before the trace': 100, 'pods/x.py:1 g': 15})
+    """
+    delta = {"alloc": 1, "free_completed": -1}
+    net = sum(delta.get(e["action"], 0) * e["size"] for e in trace)
+    total = peak = end_bytes - net  # allocated when the trace began
+    at = -1
+    for i, e in enumerate(trace):
+        total += delta.get(e["action"], 0) * e["size"]
+        if total > peak:
+            peak, at = total, i
+    live, before = {}, end_bytes - net
+    for e in trace[: at + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = (e["size"], frame_key(e.get("frames", [])))
+        elif e["action"] == "free_completed":
+            if e["addr"] in live:
+                del live[e["addr"]]
+            else:
+                before -= e["size"]
+    groups = {"before the trace": before}
+    for size, key in live.values():
+        groups[key] = groups.get(key, 0) + size
+    return {"peak_bytes": peak, "groups": dict(sorted(groups.items(), key=lambda kv: -kv[1]))}
+
+
+class MemoryTrace:
+    """`with MemoryTrace(path):` records the CUDA allocator's events with Python stacks (the last
+    `max_entries`), then writes `path` (.md): the peak of allocated bytes within the trace and the 30 largest
+    groups of what was live at it (peak_breakdown). Does nothing on a CPU or with path None."""
+
+    def __init__(self, path: Path | None, device: str = "cuda", max_entries: int = 400_000):
+        self.path, self.on, self.max_entries = path, path is not None and device == "cuda", max_entries
+
+    def __enter__(self):
+        if self.on:
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context="alloc", stacks="python", max_entries=self.max_entries
+            )
+        return self
+
+    def __exit__(self, *exc):
+        if not self.on:
+            return
+        torch.cuda.synchronize()
+        snap, end = torch.cuda.memory._snapshot(), torch.cuda.memory_allocated()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        trace = snap["device_traces"][torch.cuda.current_device()]
+        out = peak_breakdown(trace, end)
+        gib = 2**30
+        lines = [
+            f"# Allocated memory at the peak of a trace of {len(trace)} allocator events",
+            "",
+            f"Peak {out['peak_bytes'] / gib:.3f} GiB allocated (torch.cuda.max_memory_allocated at the end: "
+            f"{torch.cuda.max_memory_allocated() / gib:.3f} GiB, since its last reset).",
+            "",
+            "| allocated by (innermost frame) | GiB live at the peak |",
+            "|---|---|",
+        ]
+        lines += [f"| `{k}` | {v / gib:.3f} |" for k, v in list(out["groups"].items())[:30]]
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).write_text("\n".join(lines) + "\n")
+
+
 def rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -291,4 +391,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--set", nargs="*", default=[], help="extra pods config overrides, e.g. rollout.share_weights=false"
+    )
+    p.add_argument(
+        "--memory-trace",
+        default="",
+        help="GPU: a folder for each run's allocator trace at its peak (MemoryTrace)",
     )

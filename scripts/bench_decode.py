@@ -78,9 +78,13 @@ def main() -> None:
     bw = copy_bandwidth()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        stage = lambda what: print(f"{time.perf_counter() - t0:7.1f} s  {what}", flush=True)  # noqa: E731
         path = build_model_dir(args, Path(tmp))
+        stage("model built")
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+        stage("model loaded")
         weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
         c = model.config
         kv_bytes_per_pos = (
@@ -104,6 +108,7 @@ def main() -> None:
                 if name == "repeat_kv":
                     gen.decoder.set_attn_implementation("sdpa")
                 first, ms = time_call(gen, batch, args.repeats)
+                stage(f"batch {batch} {name}: first call {first:.1f} s, {ms:.2f} ms per step")
                 row[f"{name}_ms"], row[f"{name}_first_s"] = ms, first
                 if name != "dynamic":
                     row[f"{name}_compile_s"] = gen.compile_seconds

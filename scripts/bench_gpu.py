@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from pods.bench import (
+    MemoryTrace,
     add_model_args,
     build_model_dir,
     matmul_peak_flops,
@@ -161,7 +162,9 @@ def main(argv=None) -> None:
         model_dir, data = build_model_dir(args, root), write_data(root)
         for name in args.settings.split(","):
             cfg = pods_cfg(args, model_dir, data, root / f"run-{name}", *SETTINGS[name])
-            settings[name] = summarize(run_pods(cfg, args.device), peak)
+            trace = Path(args.memory_trace) / f"{name}.md" if args.memory_trace else None
+            with MemoryTrace(trace, args.device):
+                settings[name] = summarize(run_pods(cfg, args.device), peak)
             print(f"{name}: {settings[name]['step_s']:.2f} s/step")
             results["ratios"] = ratios(settings)
             save(results, Path(args.out))  # after each setting: a run cut short keeps what it measured

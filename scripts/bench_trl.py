@@ -31,6 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from pods.bench import (
+    MemoryTrace,
     PeakMemory,
     StepClock,
     add_model_args,
@@ -259,7 +260,9 @@ def run_all(args, root: Path, res: dict) -> None:
             )
             todo.append((f"pods_pods_n{4 * args.n}_m{args.n}", run_pods_timed, (pods, args)))
         for name, fn, fn_args in todo:
-            parts.setdefault(name, []).append(guarded(fn, *fn_args))
+            trace = Path(args.memory_trace) / f"{name}-{rep}.md" if args.memory_trace else None
+            with MemoryTrace(trace, args.device):  # what is live at the run's peak (GPU, --memory-trace)
+                parts.setdefault(name, []).append(guarded(fn, *fn_args))
             res["runs"] = {k: merged(v) for k, v in parts.items()}
             res["ratios"] = ratios(res["runs"], args.n)
             save(res, args)

@@ -3,6 +3,7 @@ per-step diagnostics reach results.json and the markdown."""
 
 from __future__ import annotations
 
+from pods.bench import frame_key, peak_breakdown
 from scripts.bench_gpu import UPDATE_DIAGNOSTICS, markdown, summarize
 
 
@@ -30,3 +31,50 @@ def test_phase_peaks_and_update_diagnostics_are_reported():
         {"settings": {"grpo16": s}, "ratios": {}, "device_name": "fake", "peak_flops": 1e12, "args": {}}
     )
     assert "| setting | generation | update |" in md and "| grpo16 | 4.00 | 2.00 |" in md
+
+
+def _event(action: str, addr: int, size: int, where: str = "/site/pods/update/step.py") -> dict:
+    return {
+        "action": action,
+        "addr": addr,
+        "size": size,
+        "frames": [{"filename": where, "line": 7, "name": "f"}],
+    }
+
+
+def test_peak_breakdown_finds_the_peak_and_what_was_live():
+    """A trace that begins with 100 bytes already allocated: the peak (100 + 10 + 5 + 8 - 4 = 119) is reached
+    before the later frees; a block allocated before the trace and freed in it leaves 'before the trace'."""
+    trace = [
+        _event("alloc", 1, 10),
+        _event("alloc", 2, 5, "/torch/nn/functional.py"),
+        _event("free_completed", 9, 4),  # allocated before the trace
+        _event("alloc", 3, 8, "/site/trl/trainer/grpo.py"),
+        _event("free_requested", 3, 8),  # only free_completed changes the allocated bytes
+        _event("free_completed", 3, 8),
+        _event("free_completed", 1, 10),
+    ]
+    end = 100 + 10 + 5 + 8 - 4 - 8 - 10
+    out = peak_breakdown(trace, end_bytes=end)
+    assert out["peak_bytes"] == 119
+    assert out["groups"] == {
+        "before the trace": 96,
+        "pods/update/step.py:7 f": 10,
+        "trl/trainer/grpo.py:7 f": 8,
+        "nn/functional.py:7 f": 5,
+    }
+
+
+def test_frame_key_prefers_the_innermost_application_frame():
+    frames = [
+        {"filename": "/x/torch/autograd/graph.py", "line": 1, "name": "backward"},
+        {
+            "filename": "/x/site-packages/transformers/models/qwen2/modeling_qwen2.py",
+            "line": 80,
+            "name": "fwd",
+        },
+        {"filename": "/repo/pods/update/step.py", "line": 9, "name": "_micro_step"},
+    ]
+    assert frame_key(frames) == "transformers/models/qwen2/modeling_qwen2.py:80 fwd"
+    assert frame_key(frames[:1]) == "autograd/graph.py:1 backward"
+    assert frame_key([]) == "?"
