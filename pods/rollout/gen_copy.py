@@ -6,7 +6,6 @@ model) or, with `share`, is the policy's own base with the adapter merged in pla
 from __future__ import annotations
 
 import re
-from contextlib import nullcontext
 
 import torch
 
@@ -46,11 +45,12 @@ class GenerationCopy:
         attn = register_grouped_attention() if attn == "sdpa" else attn  # no repeat_kv per decode step
         params = self._plain_names(model)
         self.share = share and any(hasattr(m, "get_delta_weight") for m in model.modules())
-        empty = _empty_weights() if self.share else nullcontext()
-        with torch.random.fork_rng(devices=[]), empty:  # its random init (overwritten below) draws nothing
+        # parameters on the meta device: no random init on the host (about a minute for a 3B model); each
+        # gets the policy's tensor or fresh storage below, filled by sync()
+        with torch.random.fork_rng(devices=[]), _empty_weights():  # and no draw from the random streams
             self.model = AutoModelForCausalLM.from_config(base.config, dtype=dtype, attn_implementation=attn)
         self.model.generation_config = base.generation_config
-        if self.share and self.model.config.tie_word_embeddings:  # made on the meta device: tie it here
+        if self.model.config.tie_word_embeddings:  # made on the meta device: tie it here
             self.model.lm_head.weight = self.model.get_input_embeddings().weight
         adapted = {
             n.removeprefix(_PEFT_PREFIX) for n, m in model.named_modules() if hasattr(m, "get_delta_weight")
@@ -64,16 +64,15 @@ class GenerationCopy:
             self.model.config.tie_word_embeddings = False
             own.add("lm_head.weight")
         self.backup: dict[str, torch.Tensor] = {}
-        if self.share:
-            self._share(params, device, dtype, own)
+        self._place(params, device, dtype, own)
         self.model.to(device).eval().requires_grad_(False)
         self._synced_frozen = False
         self.merged = False
         self.sync(model)
 
-    def _share(self, params: dict, device, dtype: torch.dtype, own: set) -> None:
-        """Point every copy parameter at the policy's tensor where dtype and device allow (keeping the
-        copy's own ties), else give it fresh storage; keep a pinned host copy of each adapted base."""
+    def _place(self, params: dict, device, dtype: torch.dtype, own: set) -> None:
+        """Give every copy parameter storage, keeping the copy's own ties: with `share` the policy's tensor
+        where dtype and device allow (and a pinned host copy of each adapted base), else fresh storage."""
         slots: dict[int, list] = {}
         for mod in self.model.modules():
             for leaf, p in mod._parameters.items():
@@ -82,7 +81,8 @@ class GenerationCopy:
         for name, p in list(self.model.named_parameters()):
             src = params.get(name)
             alias = (
-                name not in own
+                self.share
+                and name not in own
                 and src is not None
                 and not hasattr(src, "full_tensor")
                 and src.dtype == dtype
