@@ -15,6 +15,7 @@ from pods.models import (
     reference_policy,
     resolve_device,
     resolve_dtype,
+    skip_adapter_input_cast,
 )
 
 CPU = torch.device("cpu")
@@ -87,3 +88,48 @@ def test_lora_trains_only_the_adapter_and_its_reference_is_the_base(make_cfg):
                 p.add_(0.1)
         assert torch.allclose(base(input_ids=ids).logits, before)  # the base ignores the adapter
         assert not torch.allclose(model(input_ids=ids).logits, before)
+
+
+def test_skipping_the_adapter_input_cast_changes_nothing_under_autocast():
+    """A bf16 base with float32 LoRA adapters under bf16 autocast (on a CPU here; the GPU case is the same
+    code): with peft's cast of the inputs to float32 switched off the logits and the adapter gradients are
+    bit-identical, and no float32 copy of an adapted layer's input is made."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from tests.conftest import random_qwen2
+
+    base = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).to(torch.bfloat16)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
+    peft_model = get_peft_model(base, lora)
+    for n, p in peft_model.named_parameters():
+        if "lora_B" in n:  # B starts at zero: make the adapters do something
+            torch.nn.init.normal_(p, std=0.1)
+    ids = torch.randint(0, 61, (3, 9))
+    out = []
+    for skip in (False, True):
+        m = copy.deepcopy(peft_model)
+        if skip:
+            assert skip_adapter_input_cast(m) == 4 * 2  # 4 targets x 2 layers
+        casts = []  # did an adapted layer's input change dtype?
+
+        def watched(orig, casts=casts):
+            def cast(x, dtype):
+                y = orig(x, dtype)
+                casts.append(y.dtype != x.dtype)
+                return y
+
+            return cast
+
+        for mod in m.modules():
+            if hasattr(mod, "_cast_input_dtype"):
+                mod._cast_input_dtype = watched(mod._cast_input_dtype)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = m(input_ids=ids).logits
+        logits.float().pow(2).mean().backward()
+        grads = [p.grad.clone() for n, p in m.named_parameters() if p.requires_grad]
+        out.append((logits.detach(), grads, any(casts)))
+    assert out[0][2] and not out[1][2]  # a cast happened only without the switch...
+    assert torch.equal(out[0][0], out[1][0])  # ...and changed nothing
+    assert all(torch.equal(a, b) for a, b in zip(out[0][1], out[1][1]))
