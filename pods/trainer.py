@@ -13,6 +13,7 @@ Benchmarks and tools hook in through `callbacks` (pods/callbacks.py), not by pat
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from dataclasses import asdict
@@ -54,6 +55,16 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 log = logging.getLogger("pods")
+
+
+def freeze_heap() -> None:
+    """Collect, then move every object alive now (model, tokenizer, compiled graphs, data) to Python's
+    permanent generation: later full garbage collections skip them. Without it a full collection that fell
+    inside an update cost 0.58 s, 2.5x the update (0.5B LoRA on an H100, issue 18); cycles among the frozen
+    objects are not collected while frozen: this runs once the setup's garbage is gone, and
+    Trainer.train unfreezes when its loop ends."""
+    gc.collect()
+    gc.freeze()
 
 
 class Trainer:
@@ -128,17 +139,26 @@ class Trainer:
             c.max_steps, c.max_train_time, self.timer.train_clock, self.step, self.run_info["name"],
             not self.dist.is_main,
         )  # fmt: skip
-        while not self.done():
-            for cb in self.callbacks:
-                cb.on_step_start(self)
-            rec = self.train_step()
-            for cb in self.callbacks:
-                cb.on_step_end(self, rec)
-            bar.advance(self.step, self.timer.train_clock, rec.get("reward/mean", float("nan")))
-            if self.eval_every.due(self.step, self.timer.train_clock):
-                self.evaluate()
-            if self.ckpt_every.due(self.step, self.timer.train_clock):
-                self.save()
+        frozen = False
+        try:
+            while not self.done():
+                for cb in self.callbacks:
+                    cb.on_step_start(self)
+                rec = self.train_step()
+                for cb in self.callbacks:
+                    cb.on_step_end(self, rec)
+                if not frozen:  # once, after the first step's warm-ups and compiles
+                    with self.timer.phase("gc"):
+                        freeze_heap()
+                    frozen = True
+                bar.advance(self.step, self.timer.train_clock, rec.get("reward/mean", float("nan")))
+                if self.eval_every.due(self.step, self.timer.train_clock):
+                    self.evaluate()
+                if self.ckpt_every.due(self.step, self.timer.train_clock):
+                    self.save()
+        finally:
+            if frozen:  # collectable again once the loop is over
+                gc.unfreeze()
         bar.close()
         final = {}
         if c.eval.at_end and self.last_eval_step != self.step:  # a resumed finished run: already evaluated
