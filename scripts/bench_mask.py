@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-import pods.update.step as step_mod
+import pods.update.layout as layout_mod
 from pods.batch import Rollouts
 from pods.config import TrainConfig
 from pods.distributed import Dist
@@ -118,15 +118,15 @@ def main() -> None:
     opt, sched = build_optimizer(model, cfg.optim, 10_000, device)
     us, dist = UpdateSettings.from_config(cfg), Dist(cfg, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    modes = ["mask", "causal"] if hasattr(step_mod, "CAUSAL_LAYOUT") else ["mask"]
+    modes = ["mask", "causal"] if hasattr(layout_mod, "CAUSAL_LAYOUT") else ["mask"]
     dev = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     res = {"device": dev, "torch": torch.__version__, "args": vars(args), "runs": {}}
     print(f"device {dev}, torch {torch.__version__}, modes {modes}", flush=True)
     for layout in args.layouts.split(","):
         batch = layout_batch(layout, args.rows, args.prompt_len, args.completion_len, args.vocab)
         for mode in modes:
-            if hasattr(step_mod, "CAUSAL_LAYOUT"):
-                step_mod.CAUSAL_LAYOUT = mode == "causal"
+            if hasattr(layout_mod, "CAUSAL_LAYOUT"):
+                layout_mod.CAUSAL_LAYOUT = mode == "causal"
             times = []
 
             def once(batch=batch):

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from pods.batch import Rollouts
-from pods.update import step as step_mod
-from pods.update.step import causal_layout, completion_logprobs, micro_view, row_lengths
+from pods.update import layout as layout_mod
+from pods.update.layout import causal_layout, micro_view, row_lengths
+from pods.update.step import completion_logprobs
 from tests.conftest import random_qwen2
 
 
@@ -79,7 +80,7 @@ def test_sdpa_gets_no_mask_and_keeps_grouped_heads_when_a_completion_stops_early
         ids, am, pw, _, plens = micro_view(batch, torch.arange(3), row_lengths(batch), torch.device("cpu"))
         completion_logprobs(model, ids, am, pw, 1.0, True, plens).sum().backward()
         assert calls and all(c == (True, True, True, 2) for c in calls), (case, calls)
-    monkeypatch.setattr(step_mod, "CAUSAL_LAYOUT", False)  # the old path, for contrast
+    monkeypatch.setattr(layout_mod, "CAUSAL_LAYOUT", False)  # the old path, for contrast
     calls.clear()
     batch = _batch(*CASES["one stopped early"])
     ids, am, pw, _, plens = micro_view(batch, torch.arange(3), row_lengths(batch), torch.device("cpu"))

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pods.distributed import Dist
+from pods.update import layout as layout_mod
 from pods.update import step as step_mod
-from pods.update.step import UpdateSettings, plan_micro_batches, policy_update
+from pods.update.layout import plan_micro_batches
+from pods.update.step import UpdateSettings, policy_update
 from tests.conftest import random_qwen2
 from tests.update.test_causal_layout import _batch
 from tests.update.test_numerics import TinyLM, batch, cfg
@@ -85,7 +87,7 @@ def test_bucketed_rows_and_widths_give_the_same_update_on_a_real_model(agg, mu, 
         us = UpdateSettings.from_config(c)
         ref = copy.deepcopy(model0) if beta else None
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(step_mod, "CAUSAL_LAYOUT", causal)
+            mp.setattr(layout_mod, "CAUSAL_LAYOUT", causal)
             stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None), ref)
         if width:
             assert stats["update/width_max"] % width == 0 and stats["update/masked_micro_batches"] == 0
