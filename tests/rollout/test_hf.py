@@ -312,21 +312,20 @@ def test_deferred_stop_check_is_patched_only_inside_the_block():
     assert not DeferredStopCheck.is_supported(cuda, None, False, False)
 
 
-@pytest.mark.gpu
-def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(tiny):
-    """CUDA only (the compile and the capture): greedy tokens of the graph loop equal generate()'s on the
-    compiled path, the second and later calls replay a captured graph, and a fixed seed gives the same
-    samples twice."""
+@pytest.fixture(scope="module")
+def cuda_tiny(tiny):
+    """CUDA only: the tiny policy on the GPU, the compiled path's settings, and the generate loop's greedy
+    texts for PROMPTS x 2 (what the graph loop must reproduce)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     _, tok = tiny
     model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
     kw = dict(compiled=True, dtype=torch.bfloat16, prompt_bucket=16, max_prompt_len=64)
     ref = HFGenerator(model, tok, "cuda", 8, 24, loop="generate", **kw).generate(PROMPTS, [0, 1, 2], 2, 0.0)
-    g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", **kw)
-    greedy = g.generate(PROMPTS, [0, 1, 2], 2, 0.0)
-    assert greedy.texts == ref.texts
-    assert all(d.graphs for d in g.step_decoders.values())  # captured during the warm-up
+    return model, tok, kw, ref.texts
+
+
+def _seeded_samples_repeat(g: HFGenerator) -> None:
     sampled = []
     for _ in range(2):
         torch.manual_seed(11)
@@ -335,28 +334,31 @@ def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(tiny):
 
 
 @pytest.mark.gpu
-def test_released_graph_loop_on_cuda_recaptures_without_recompiling(tiny):
+def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(cuda_tiny):
+    """CUDA only (the compile and the capture): greedy tokens of the graph loop equal generate()'s on the
+    compiled path, the second and later calls replay a captured graph, and a fixed seed gives the same
+    samples twice."""
+    model, tok, kw, ref = cuda_tiny
+    g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", **kw)
+    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref
+    assert all(d.graphs for d in g.step_decoders.values())  # captured during the warm-up
+    _seeded_samples_repeat(g)
+
+
+@pytest.mark.gpu
+def test_released_graph_loop_on_cuda_recaptures_without_recompiling(cuda_tiny):
     """CUDA only: with rollout.release_cache the cache has no storage between calls, the next call allocates
     it again and captures anew without compiling again, and decodes what the generate loop decodes
     (greedy) and the same samples under a fixed seed."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
     from torch._dynamo.utils import counters
 
-    _, tok = tiny
-    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).cuda().eval()
-    kw = dict(compiled=True, dtype=torch.bfloat16, prompt_bucket=16, max_prompt_len=64)
-    ref = HFGenerator(model, tok, "cuda", 8, 24, loop="generate", **kw).generate(PROMPTS, [0, 1, 2], 2, 0.0)
+    model, tok, kw, ref = cuda_tiny
     g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", release_cache=True, **kw)
-    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref.texts  # compiles, captures, releases
+    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref  # compiles, captures, releases
     decs = list(g.step_decoders.values())
     assert all(d.released and not d.graphs for d in decs)
     assert all(t.untyped_storage().nbytes() == 0 for d in decs for t in d._cache_tensors())
     compiled = dict(counters["stats"])
-    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref.texts
+    assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref
     assert dict(counters["stats"]) == compiled  # a new cache address compiles nothing
-    sampled = []
-    for _ in range(2):
-        torch.manual_seed(11)
-        sampled.append(g.generate(PROMPTS[:2], [0, 1], 4, 1.0).texts)
-    assert sampled[0] == sampled[1] and len(set(sampled[0])) > 1
+    _seeded_samples_repeat(g)
