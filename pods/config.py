@@ -323,6 +323,8 @@ class RolloutConfig:
     # (transformers' generate loop around a compiled forward)
     release_cache: bool = True  # hf graph loop: free the static cache and the captured graphs after each
     # generate call (the update gets that memory; the next call allocates and captures again)
+    fuse_projections: bool = True  # hf graph loop with a generation copy of its own (full fine-tune, or
+    # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
     def check(self) -> None:

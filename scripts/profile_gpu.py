@@ -2,7 +2,8 @@
 and 5). Two parts, each a markdown table:
 
 - `decode`: one rollout of the hf backend (random model of the given shape, bf16, 1 prompt x batch samples)
-  under torch.profiler, for each loop (`graph`: the step replayed as a CUDA graph; `generate`: the same
+  under torch.profiler, for each loop (`graph`: the step replayed as a CUDA graph, `graph_split` without
+  fused projections, `graph_nocudnn` without cuDNN attention; `generate`: the same
   compiled forward under transformers' loop). Kernels are summed by name per decode step: how many, how
   long, and their total against the wall time per step.
 - `sdpa`: causal scaled_dot_product_attention forward + backward at the update's head layout (grouped KV
@@ -45,19 +46,27 @@ def kernel_table(prof, steps: int) -> list[dict]:
 
 
 def profile_decode(model, tok, batch: int, loop: str, new_tokens: int) -> dict:
-    gen = HFGenerator(model, tok, "cuda", batch, new_tokens, compiled=True, dtype=torch.bfloat16,
-                      max_prompt_len=128, loop=loop)  # fmt: skip
-    gen.generate(PROMPT, [0], batch, 1.0)  # warm-up: compile and capture
-    gen.generate(PROMPT, [0], batch, 1.0)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    r = gen.generate(PROMPT, [0], batch, 1.0)
-    torch.cuda.synchronize()
-    wall_ms = (time.perf_counter() - t0) * 1e3 / r.completion_mask.shape[1]
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
+    """loop: graph | graph_split (fuse_projections off) | graph_nocudnn (cuDNN attention off: torch's next
+    choice decodes) | generate."""
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(cudnn and loop != "graph_nocudnn")
+    try:
+        gen = HFGenerator(model, tok, "cuda", batch, new_tokens, compiled=True, dtype=torch.bfloat16,
+                          max_prompt_len=128, loop=loop.split("_")[0],
+                          fuse_projections=loop != "graph_split")  # fmt: skip
+        gen.generate(PROMPT, [0], batch, 1.0)  # warm-up: compile and capture
+        gen.generate(PROMPT, [0], batch, 1.0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         r = gen.generate(PROMPT, [0], batch, 1.0)
         torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3 / r.completion_mask.shape[1]
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts) as prof:
+            r = gen.generate(PROMPT, [0], batch, 1.0)
+            torch.cuda.synchronize()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
     steps = r.completion_mask.shape[1]
     table = kernel_table(prof, steps)
     return {"loop": loop, "batch": batch, "steps": steps, "wall_ms": wall_ms, "kernels": table,

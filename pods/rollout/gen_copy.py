@@ -1,6 +1,7 @@
 """The generation copy: the policy's weights in the compute dtype, in a plain transformers model that only
 decodes (compiled, static cache). With LoRA it either holds base + adapter merged (a second copy of the
-model) or, with `share`, is the policy's own base with the adapter merged in place around each decode.
+model) or, with `share`, is the policy's own base with the adapter merged in place around each decode. With `fuse`
+(a separate copy only) q/k/v and gate/up are one matrix each (pods/rollout/fused.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 import torch
 
 from pods.rollout.attention import register as register_grouped_attention
+from pods.rollout.fused import fuse_projections
 
 _PEFT_PREFIX = "base_model.model."
 
@@ -35,9 +37,13 @@ class GenerationCopy:
     already in the compute dtype is the policy's own tensor; an adapted layer's base weight is merged in place
     before decoding (`merge`) and put back exactly after it (`restore`) from a pinned host copy of the frozen
     base, read once at start. Costs one host-to-device copy of the adapted weights per rollout batch.
+
+    `fuse=True` (not with `share`: the policy's q/k/v are separate tensors): each q/k/v and gate/up group of the
+    copy is one weight matrix, the layers' weights views of it under their own names (`fused_groups` counts
+    them). Compile the copy's forward with pods.rollout.fused.merge_linears then.
     """
 
-    def __init__(self, model, device, dtype: torch.dtype, share: bool = False):
+    def __init__(self, model, device, dtype: torch.dtype, share: bool = False, fuse: bool = False):
         from transformers import AutoModelForCausalLM
 
         base = _unwrap(model)
@@ -66,6 +72,7 @@ class GenerationCopy:
         self.backup: dict[str, torch.Tensor] = {}
         self._place(params, device, dtype, own)
         self.model.to(device).eval().requires_grad_(False)
+        self.fused_groups = fuse_projections(self.model) if fuse and not self.share else 0
         self._synced_frozen = False
         self.merged = False
         self.sync(model)

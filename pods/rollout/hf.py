@@ -18,7 +18,9 @@ Two paths, one sampling distribution:
   the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy
   can be the policy's own base (pods/rollout/gen_copy.py). The graph loop frees its static caches and
   graphs after each generate call (`rollout.release_cache`), so the update can use that memory; the next
-  call allocates them again and captures after two eager steps.
+  call allocates them again and captures after two eager steps. A copy of its own (full fine-tune, or LoRA
+  without share_weights) reads q/k/v and gate/up as one GEMM each in the graph loop
+  (`rollout.fuse_projections`, pods/rollout/fused.py).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class HFGenerator(Backend):
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
             prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
             share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt, loop=r.loop,
-            release_cache=r.release_cache,
+            release_cache=r.release_cache, fuse_projections=r.fuse_projections,
         )  # fmt: skip
 
     @staticmethod
@@ -132,6 +134,7 @@ class HFGenerator(Backend):
         size_cache_to_prompt: bool = False,
         loop: str = "graph",
         release_cache: bool = False,
+        fuse_projections: bool = True,
     ):
         self.model, self.tok, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -151,7 +154,11 @@ class HFGenerator(Backend):
         self.copy = None
         if compiled:
             _raise_recompile_limit(64)
-            self.copy = GenerationCopy(model, self.device, dtype or torch.bfloat16, share=share_weights)
+            # fused q/k/v and gate/up need the graph loop's compile backend (pods/rollout/fused.py)
+            fuse = fuse_projections and self.loop == "graph"
+            self.copy = GenerationCopy(
+                model, self.device, dtype or torch.bfloat16, share=share_weights, fuse=fuse
+            )
 
     @property
     def decoder(self):

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 import torch
 from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from pods.rollout.fused import merge_linears
+
 
 def exponential_race(probs: torch.Tensor) -> torch.Tensor:
     """(B, V) probabilities -> (B,) one draw per row: argmax(p / E), E ~ Exp(1) i.i.d. (the same draws as
@@ -91,7 +93,10 @@ class StepDecoder:
         self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
-        self.forward = torch.compile(self._forward, dynamic=False) if capture else self._forward
+        # inductor, after merging the identical products of fused q/k/v and gate/up (pods/rollout/fused.py)
+        self.forward = (
+            torch.compile(self._forward, dynamic=False, backend=merge_linears) if capture else self._forward
+        )
         self.released = False
 
     def _cache_tensors(self) -> list[torch.Tensor]:

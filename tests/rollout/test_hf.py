@@ -340,6 +340,7 @@ def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(cuda_tiny):
     samples twice."""
     model, tok, kw, ref = cuda_tiny
     g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", **kw)
+    assert g.copy.fused_groups > 0  # q/k/v and gate/up one GEMM each in the compiled step (fused.py)
     assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref
     assert all(d.graphs for d in g.step_decoders.values())  # captured during the warm-up
     _seeded_samples_repeat(g)
