@@ -18,6 +18,7 @@ generate()'s under a fixed seed (tests/rollout/test_step_graph.py).
 from __future__ import annotations
 
 import inspect
+import time
 from contextlib import contextmanager
 
 import torch
@@ -98,6 +99,19 @@ class StepDecoder:
             torch.compile(self._forward, dynamic=False, backend=merge_linears) if capture else self._forward
         )
         self.released = False
+        # {} to record seconds per part of run() (reclaim, prefill, eager, capture, replay), synchronising the
+        # device at each boundary but not between replays (scripts/decode_phases.py); None = off
+        self.phase_seconds: dict[str, float] | None = None
+
+    def _lap(self, part: str, t0: float) -> float:
+        """Add the seconds since t0 (after the device's queued work) to part; returns the time now."""
+        if self.phase_seconds is None:
+            return t0
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.phase_seconds[part] = self.phase_seconds.get(part, 0.0) + now - t0
+        return now
 
     def _cache_tensors(self) -> list[torch.Tensor]:
         """The static cache's key and value tensors (none before its first prefill: they are made lazily)."""
@@ -181,8 +195,10 @@ class StepDecoder:
                 f"prompt width {lp} + {max_new} new tokens do not fit a cache of {self.cache_len}"
             )
         sampling = (float(sampling[0]), float(sampling[1]), int(sampling[2]))
+        t = time.perf_counter()
         if self.released:
             self._reclaim()
+        t = self._lap("reclaim", t)
         self.cache.reset()
         self.keep.zero_()
         self.keep[:, :lp] = am.bool()
@@ -194,18 +210,26 @@ class StepDecoder:
         mask = prefill_mask(self.keep, lp)
         logits = self._forward(ids, mask, pos)  # eager: one call per prompt width
         self._accept(pick(logits, *sampling))
+        t = self._lap("prefill", t)
         steps, eager = 1, 0
         while steps < max_new:
             if steps % check_every == 0 and bool(self.done.all()):
                 break
             graph = self.graphs.get(sampling)
             if graph is None and self.capture and eager >= 2:  # compiled and warmed up: capture, then replay
+                t = self._lap("replay", t)
                 graph = self.graphs[sampling] = self._capture(sampling)
+                t = self._lap("capture", t)
             if graph is not None:
                 graph.replay()
             else:
+                t = self._lap("replay", t)
                 with self._side_stream():  # warm-up steps before a capture run off the capturing stream
                     self._step(sampling)
+                t = self._lap("eager", t)
                 eager += 1
             steps += 1
+        self._lap("replay", t)
+        if self.phase_seconds is not None:
+            self.phase_seconds["steps"] = self.phase_seconds.get("steps", 0) + steps
         return self.out[:, lp : lp + steps]

@@ -105,3 +105,24 @@ def test_release_before_any_run_is_harmless():
         1,
         4,
     )
+
+
+def test_phase_seconds_split_a_run_and_change_no_token():
+    """With phase_seconds on, run() records its parts and the tokens decoded; the tokens are those of a run
+    without it (the timing only adds device synchronisation)."""
+    m = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).eval()
+    ids = torch.randint(3, 61, (2, 5))
+    am, done = torch.ones_like(ids), torch.zeros(2, dtype=torch.bool)
+    dec = StepDecoder(m, rows=2, cache_len=12, eos_ids=[1], pad_id=0, capture=False)
+    torch.manual_seed(5)
+    want = dec.run(ids, am, done, 6, (1.0, 1.0, 0)).clone()
+    assert dec.phase_seconds is None
+    dec.release()
+    dec.phase_seconds = {}
+    torch.manual_seed(5)
+    got = dec.run(ids, am, done, 6, (1.0, 1.0, 0))
+    assert torch.equal(got, want)
+    parts = dec.phase_seconds
+    assert parts["steps"] == got.shape[1] == 6
+    assert {"reclaim", "prefill", "eager", "replay"} <= set(parts) and "capture" not in parts  # no CUDA
+    assert all(v >= 0 for v in parts.values()) and parts["prefill"] > 0 and parts["eager"] > 0
