@@ -31,6 +31,15 @@ def resolve_device(hardware: HardwareConfig) -> torch.device:
     return torch.device("cpu")
 
 
+def canonical_device(device) -> torch.device:
+    """`device` with its index: "cuda" is the current CUDA device (torch.device("cuda") != "cuda:0", so a
+    tensor's device would never equal it)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def set_cuda_allocator(hardware: HardwareConfig, device: torch.device) -> None:
     """hardware.expandable_segments on a GPU: the caching allocator maps more memory into a segment instead of
     adding segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch's remedy for churn and

@@ -133,3 +133,15 @@ def test_skipping_the_adapter_input_cast_changes_nothing_under_autocast():
     assert out[0][2] and not out[1][2]  # a cast happened only without the switch...
     assert torch.equal(out[0][0], out[1][0])  # ...and changed nothing
     assert all(torch.equal(a, b) for a, b in zip(out[0][1], out[1][1]))
+
+
+def test_canonical_device_names_the_cuda_index(monkeypatch):
+    """torch.device("cuda") never equals a tensor's device (cuda:0): a copy that shares weights only where the
+    devices are equal would silently share nothing (issue 18, call 18)."""
+    from pods.models import canonical_device
+
+    assert torch.device("cuda") != torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert canonical_device("cuda") == torch.device("cuda", 1)
+    assert canonical_device("cuda:0") == torch.device("cuda", 0)
+    assert canonical_device(torch.device("cpu")) == torch.device("cpu")

@@ -10,6 +10,7 @@ import re
 
 import torch
 
+from pods.models import canonical_device
 from pods.rollout.attention import register as register_grouped_attention
 from pods.rollout.fused import fuse_projections
 
@@ -46,6 +47,9 @@ class GenerationCopy:
     def __init__(self, model, device, dtype: torch.dtype, share: bool = False, fuse: bool = False):
         from transformers import AutoModelForCausalLM
 
+        device = canonical_device(
+            device
+        )  # "cuda" would never equal a tensor's cuda:0: nothing would be shared
         base = _unwrap(model)
         attn = base.config._attn_implementation
         attn = register_grouped_attention() if attn == "sdpa" else attn  # no repeat_kv per decode step
@@ -93,7 +97,7 @@ class GenerationCopy:
                 and src is not None
                 and not hasattr(src, "full_tensor")
                 and src.dtype == dtype
-                and src.device == torch.device(device)
+                and src.device == device
                 and (not src.requires_grad or name in self.adapted)
             )
             t = src.detach() if alias else torch.empty(p.shape, dtype=dtype, device=device)

@@ -33,6 +33,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts, Sampling
+from pods.models import canonical_device
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
 from pods.rollout.step_graph import StepDecoder
@@ -136,7 +137,7 @@ class HFGenerator(Backend):
         release_cache: bool = False,
         fuse_projections: bool = True,
     ):
-        self.model, self.tok, self.device = model, tokenizer, torch.device(device)
+        self.model, self.tok, self.device = model, tokenizer, canonical_device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
