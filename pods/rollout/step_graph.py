@@ -80,7 +80,16 @@ class StepDecoder:
     guard, so a new address recompiles nothing).
     """
 
-    def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
+    def __init__(
+        self,
+        model,
+        rows: int,
+        cache_len: int,
+        eos_ids: list[int],
+        pad_id: int,
+        capture: bool,
+        max_autotune: bool = False,
+    ):
         self.model, self.cache_len, self.pad_id, self.capture = model, cache_len, pad_id, capture
         self.device = dev = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
