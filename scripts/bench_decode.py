@@ -96,6 +96,9 @@ def main() -> None:
         for batch in [int(b) for b in args.batches.split(",")]:
             row = {"batch": batch}
             for name in modes:
+                # each mode compiles afresh: dynamo would otherwise reuse the last mode's compiled step for a
+                # copy of the same structure, whatever the backend's settings (call 20)
+                torch._dynamo.reset()
                 gen = HFGenerator(
                     model,
                     tok,

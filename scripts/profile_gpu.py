@@ -50,6 +50,7 @@ def profile_decode(model, tok, batch: int, loop: str, new_tokens: int) -> dict:
     choice decodes) | graph_autotune (rollout.max_autotune) | generate."""
     cudnn = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(cudnn and loop != "graph_nocudnn")
+    torch._dynamo.reset()  # this loop's own compile (dynamo reuses a compiled step across backend settings)
     try:
         gen = HFGenerator(model, tok, "cuda", batch, new_tokens, compiled=True, dtype=torch.bfloat16,
                           max_prompt_len=128, loop=loop.split("_")[0],
