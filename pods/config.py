@@ -325,8 +325,6 @@ class RolloutConfig:
     # generate call (the update gets that memory; the next call allocates and captures again)
     fuse_projections: bool = True  # hf graph loop with a generation copy of its own (full fine-tune, or
     # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
-    max_autotune: bool = False  # hf graph loop: inductor times Triton GEMM templates against cuBLAS for the
-    # decode step's products and fuses what it can around them (a longer compile per shape)
     vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
 
     def check(self) -> None:

@@ -5,8 +5,7 @@ sdpa attention, which expands the grouped KV heads every step), `compiled` (the 
 transformers' generate loop: grouped attention that reads each KV head once, pods/rollout/attention.py),
 `graph` (the compiled path with `rollout.loop=graph`: the whole decode step replayed as one CUDA graph,
 pods/rollout/step_graph.py, q/k/v and gate/up one GEMM each: pods/rollout/fused.py), `graph_split` (the same
-with rollout.fuse_projections=false: one GEMM per projection), `graph_autotune` (graph with
-rollout.max_autotune). The limit: every decode step
+with rollout.fuse_projections=false: one GEMM per projection). The limit: every decode step
 reads every weight once and the whole static KV cache once (batch x (prompt width + new tokens) positions):
 (weight bytes + cache bytes) / measured copy bandwidth.
 
@@ -110,7 +109,6 @@ def main() -> None:
                     max_prompt_len=args.max_prompt_len,
                     loop="graph" if name.startswith("graph") else "generate",
                     fuse_projections=name != "graph_split",
-                    max_autotune=name == "graph_autotune",
                 )
                 if name == "repeat_kv":
                     gen.decoder.set_attn_implementation("sdpa")

@@ -47,14 +47,14 @@ def kernel_table(prof, steps: int) -> list[dict]:
 
 def profile_decode(model, tok, batch: int, loop: str, new_tokens: int) -> dict:
     """loop: graph | graph_split (fuse_projections off) | graph_nocudnn (cuDNN attention off: torch's next
-    choice decodes) | graph_autotune (rollout.max_autotune) | generate."""
+    choice decodes) | generate."""
     cudnn = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(cudnn and loop != "graph_nocudnn")
     torch._dynamo.reset()  # this loop's own compile (dynamo reuses a compiled step across backend settings)
     try:
         gen = HFGenerator(model, tok, "cuda", batch, new_tokens, compiled=True, dtype=torch.bfloat16,
                           max_prompt_len=128, loop=loop.split("_")[0],
-                          fuse_projections=loop != "graph_split", max_autotune=loop == "graph_autotune")  # fmt: skip
+                          fuse_projections=loop != "graph_split")  # fmt: skip
         gen.generate(PROMPT, [0], batch, 1.0)  # warm-up: compile and capture
         gen.generate(PROMPT, [0], batch, 1.0)
         torch.cuda.synchronize()

@@ -111,14 +111,11 @@ def merge_identical_linears(graph: torch.fx.Graph) -> int:
     return removed
 
 
-def merge_linears(gm: torch.fx.GraphModule, example_inputs, max_autotune: bool = False):
-    """torch.compile backend: inductor, after `merge_identical_linears` (one GEMM per FusedSlice group).
-    max_autotune: inductor times Triton GEMM templates against cuBLAS for each product and may fuse the
-    elementwise work around it (rollout.max_autotune; a longer compile)."""
+def merge_linears(gm: torch.fx.GraphModule, example_inputs):
+    """torch.compile backend: inductor, after `merge_identical_linears` (one GEMM per FusedSlice group)."""
     from torch._inductor.compile_fx import compile_fx
 
     if merge_identical_linears(gm.graph):
         gm.graph.lint()
         gm.recompile()
-    patches = {"max_autotune": True, "max_autotune_gemm": True} if max_autotune else None
-    return compile_fx(gm, example_inputs, config_patches=patches)
+    return compile_fx(gm, example_inputs)

@@ -111,7 +111,7 @@ class HFGenerator(Backend):
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
             prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
             share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt, loop=r.loop,
-            release_cache=r.release_cache, fuse_projections=r.fuse_projections, max_autotune=r.max_autotune,
+            release_cache=r.release_cache, fuse_projections=r.fuse_projections,
         )  # fmt: skip
 
     @staticmethod
@@ -136,7 +136,6 @@ class HFGenerator(Backend):
         loop: str = "graph",
         release_cache: bool = False,
         fuse_projections: bool = True,
-        max_autotune: bool = False,
     ):
         self.model, self.tok, self.device = model, tokenizer, canonical_device(device)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -151,7 +150,6 @@ class HFGenerator(Backend):
         self.loop = loop if compiled else "generate"  # the graph loop decodes the static-cache copy
         self.step_decoders: dict[tuple[int, int], StepDecoder] = {}  # (rows, cache length) -> its decoder
         self.release_cache = release_cache  # graph loop: caches and graphs freed after each generate()
-        self.max_autotune = max_autotune  # graph loop: inductor autotunes the decode step's GEMMs
         self.warm_shapes: set[tuple] = set()
         self.compile_seconds = 0.0
         self.copy = None
@@ -220,15 +218,7 @@ class HFGenerator(Backend):
         key = (rows, cache_len)
         if key not in self.step_decoders:  # one static cache per chunk shape (a run meets one or two)
             capture = self.device.type == "cuda"
-            dec = StepDecoder(
-                self.decoder,
-                rows,
-                cache_len,
-                self.eos_ids,
-                self.pad_id,
-                capture,
-                max_autotune=self.max_autotune,
-            )
+            dec = StepDecoder(self.decoder, rows, cache_len, self.eos_ids, self.pad_id, capture=capture)
             self.step_decoders[key] = dec
         return self.step_decoders[key]
 

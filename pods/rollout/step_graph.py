@@ -80,16 +80,7 @@ class StepDecoder:
     guard, so a new address recompiles nothing).
     """
 
-    def __init__(
-        self,
-        model,
-        rows: int,
-        cache_len: int,
-        eos_ids: list[int],
-        pad_id: int,
-        capture: bool,
-        max_autotune: bool = False,
-    ):
+    def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
         self.model, self.cache_len, self.pad_id, self.capture = model, cache_len, pad_id, capture
         self.device = dev = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=cache_len)

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Record of what was sent, at commits 5e97017 / 50e1b67: the graph_autotune mode and rollout.max_autotune were
+# removed after call 21 measured no gain.)
 # Issue 18, call 20, four H100s of one host (nvidia-h100-x4): does inductor's GEMM autotuning
 # (rollout.max_autotune: Triton templates timed against cuBLAS, elementwise work fused around them) cut the
 # decode step? Call 19: 0.5B graph 1.68 ms at batch 16 (4.73x the bandwidth limit), 376 kernels a step.

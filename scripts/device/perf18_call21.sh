@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Record of what was sent, at commits 5e97017 / 50e1b67: the graph_autotune mode and rollout.max_autotune were
+# removed after call 21 measured no gain.)
 # Issue 18, call 21, two H100s (nvidia-h100-x2): call 20's autotune rows were void (dynamo reused the plain
 # compiled step, compile 0 s, same 376 kernels): bench_decode and profile_gpu now reset dynamo per mode.
 #   GPU 0: dec05   0.5B decode, graph_autotune then graph, batch 16 and 64
