@@ -259,14 +259,16 @@ class HardwareConfig:
     gradient_checkpointing: bool = False
     micro_batch_size: int = 16  # max sequences per forward/backward in the update
     micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
-    width_bucket: int = 0  # update micro-batch widths padded up to a multiple of this (0 = off): a run
+    # width_bucket, row_bucket, fused_logprobs: null = the device decides when the run starts
+    # (pods.models.settle_update_layout; hardware=auto): a GPU gets what hardware=gpu / gpu_lora set, a CPU off
+    width_bucket: int | None = 0  # update micro-batch widths padded up to a multiple of this (0 = off): a run
     # then meets a few shapes, each allocated and tuned once
-    row_bucket: int = 0  # update micro-batch rows padded up to a multiple of this with rows that count for
-    # nothing (0 = off): fewer shapes again, for at most row_bucket - 1 extra rows per micro-batch
+    row_bucket: int | None = 0  # update micro-batch rows padded up to a multiple of this with rows that count
+    # for nothing (0 = off): fewer shapes again, for at most row_bucket - 1 extra rows per micro-batch
     expandable_segments: bool = False  # CUDA allocator segments that grow in place
     # (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch's remedy for churn when shapes vary; off
     # until a run shows allocator work in a slow step (update/cuda_mallocs, update/alloc_retries)
-    fused_logprobs: bool = False  # update: head + log-prob a chunk of positions at a time, never the
+    fused_logprobs: bool | None = False  # update: head + log-prob a chunk of positions at a time, never the
     # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     update_sdpa: str = "auto"  # the SDPA kernel the update tries first: auto (torch's order; on Hopper
@@ -296,8 +298,9 @@ class HardwareConfig:
             raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
         interval("hardware.vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 0, 1, "(]")
         at_least("hardware.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
-        at_least("hardware.width_bucket", self.width_bucket, 0, " (0 = off)")
-        at_least("hardware.row_bucket", self.row_bucket, 0, " (0 = off)")
+        for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
+            if getattr(self, key) is not None:
+                at_least(f"hardware.{key}", getattr(self, key), 0, " (0 = off, null = the device decides)")
         if self.expandable_segments and self.device == "cpu":
             raise ConfigError(
                 "hardware.expandable_segments=true sets the CUDA allocator, and hardware.device=cpu has none; "

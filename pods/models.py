@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -29,6 +30,20 @@ def resolve_device(hardware: HardwareConfig) -> torch.device:
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def settle_update_layout(hardware: HardwareConfig, device: torch.device) -> HardwareConfig:
+    """The update's layout fields left null (hardware=auto) set for `device`: on a GPU what the GPU profiles
+    set (width grid 16 and fused log-probs; rows padded to 8 for a full fine-tune as hardware=gpu, not for
+    LoRA as hardware=gpu_lora, whose update is bound by FLOPs), on a CPU all off. Set fields are kept."""
+    gpu = torch.device(device).type == "cuda"
+    chosen = {
+        "width_bucket": 16 if gpu else 0,
+        "row_bucket": 8 if gpu and not hardware.lora else 0,
+        "fused_logprobs": gpu,
+    }
+    unset = {k: v for k, v in chosen.items() if getattr(hardware, k) is None}
+    return dataclasses.replace(hardware, **unset) if unset else hardware
 
 
 def canonical_device(device) -> torch.device:

@@ -37,6 +37,7 @@ from pods.models import (
     resolve_device,
     resolve_dtype,
     set_cuda_allocator,
+    settle_update_layout,
 )
 from pods.resume import Checkpointer
 from pods.reward import build_reward
@@ -76,6 +77,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
         self.device = resolve_device(c.hardware)
+        c.hardware = settle_update_layout(c.hardware, self.device)  # hardware=auto: its GPU or CPU layout
         set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)

@@ -78,7 +78,7 @@ def test_selector_n_m_sweepable(make_cfg):
         ),
         (["rollout.prompt_bucket=0"], "rollout.prompt_bucket=0 must be >= 1"),
         (["hardware.micro_batch_tokens=-1"], "hardware.micro_batch_tokens=-1 must be >= 0"),
-        (["hardware.row_bucket=-8"], "hardware.row_bucket=-8 must be >= 0 (0 = off)"),
+        (["hardware.row_bucket=-8"], "hardware.row_bucket=-8 must be >= 0 (0 = off, null = the device decides)"),
         (
             ["hardware=cpu", "hardware.expandable_segments=true"],
             "hardware.expandable_segments=true sets the CUDA allocator",
