@@ -65,7 +65,8 @@ def _fusable(linears: list) -> bool:
 def fuse_projections(model: torch.nn.Module) -> int:
     """Replace every q/k/v and gate/up group of plain nn.Linear layers under `model` by FusedSlices of one
     fused layer (weights copied in); returns the number of groups fused. A group whose layers differ in input
-    width, bias, dtype or device is left as it is."""
+    width, bias, dtype or device is left as it is. Move or cast the model before fusing, not after: a slice's
+    weight is a view of the fused matrix only as long as neither is replaced."""
     count = 0
     for parent in list(model.modules()):
         for names in GROUPS:

@@ -47,9 +47,8 @@ class GenerationCopy:
     def __init__(self, model, device, dtype: torch.dtype, share: bool = False, fuse: bool = False):
         from transformers import AutoModelForCausalLM
 
-        device = canonical_device(
-            device
-        )  # "cuda" would never equal a tensor's cuda:0: nothing would be shared
+        # with its index: "cuda" never equals a tensor's cuda:0, and nothing would be shared
+        device = canonical_device(device)
         base = _unwrap(model)
         attn = base.config._attn_implementation
         attn = register_grouped_attention() if attn == "sdpa" else attn  # no repeat_kv per decode step
