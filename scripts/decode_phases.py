@@ -30,26 +30,21 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.bench import add_model_args, build_model_dir, save_results
+from pods.bench import add_model_args, build_model_dir, save_results, sync
 from pods.rollout.hf import HFGenerator
 
 PARTS = ["sync", "merge", "reclaim", "prefill", "eager", "capture", "replay", "restore", "rest"]
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " * 2
 
 
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(method, store: dict, part: str):
+def timed(method, store: dict, part: str, device: str):
     """method wrapped to add its seconds (device synchronised before and after) to store[part]."""
 
     def wrapper(*a, **kw):
-        sync()
+        sync(device)
         t0 = time.perf_counter()
         out = method(*a, **kw)
-        sync()
+        sync(device)
         store[part] = store.get(part, 0.0) + time.perf_counter() - t0
         return out
 
@@ -63,18 +58,18 @@ def run_batch(model, tok, args, batch: int) -> dict:
     )  # fmt: skip
     store: dict[str, float] = {}
     copy = gen.copy
-    copy.merge = timed(copy.merge, store, "merge")
-    copy.restore = timed(copy.restore, store, "restore")
+    copy.merge = timed(copy.merge, store, "merge", args.device)
+    copy.restore = timed(copy.restore, store, "restore", args.device)
     calls = []
     for i in range(args.calls + 1):  # the first compiles and captures: not counted
         store.clear()
         for dec in gen.step_decoders.values():
             dec.phase_seconds = {}
-        sync()
+        sync(args.device)
         t0 = time.perf_counter()
-        timed(gen.sync_weights, store, "sync")(model)
+        timed(gen.sync_weights, store, "sync", args.device)(model)
         gen.generate([PROMPT], [0], batch, 0.9)
-        sync()
+        sync(args.device)
         total = time.perf_counter() - t0
         for dec in gen.step_decoders.values():
             for k, v in (dec.phase_seconds or {}).items():
