@@ -76,7 +76,8 @@ def resolve_dtype(model: ModelConfig, hardware: HardwareConfig, device: torch.de
 
 
 def _is_local(path: str) -> bool:
-    return Path(path).exists() or path.startswith(("/", "./", "../"))
+    """A directory, not a hub id: hub ids are `name` or `org/name`, so a deeper path is a (missing) folder."""
+    return Path(path).exists() or path.startswith(("/", "./", "../", "~")) or path.count("/") > 1
 
 
 def check_model_source(model: ModelConfig, hardware: HardwareConfig) -> None:

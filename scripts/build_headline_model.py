@@ -6,11 +6,16 @@ problems (--sft-seed), disjoint from the RL train and eval prompts, so that RL p
 policy; it stops early so that the policy is mediocre (greedy accuracy well below 100%) with diverse samples.
 
     python -m scripts.build_headline_model --out /tmp/headline_model          # ~1-2 min on an H100
+
+The weights are rounded to --save-dtype (bfloat16: 21 MB for the 10.7M policy) before the build's own eval,
+so the eval, the saved file and every run that loads it see the same numbers. `model.sha256` beside the
+weights holds the safetensors file's sha256 (the shipped policy's identity, results/headline_v3/PLAN.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import time
@@ -38,6 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--vocab-size", type=int, default=320)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return p.parse_args()
 
@@ -97,6 +103,10 @@ def main() -> None:
         if step % 250 == 0 or step == a.steps - 1:
             print(f"sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
     sft_s = time.time() - t0
+    save_dtype = getattr(torch, a.save_dtype)
+    with torch.no_grad():  # the eval sees the saved (rounded) weights
+        for prm in model.parameters():
+            prm.copy_(prm.to(save_dtype).to(prm.dtype))
     ev = rl_eval[:300]
     greedy, _ = accuracy(model, tok, ev, a.device, 0.0)
     sample, pass16 = accuracy(model, tok, ev[:100], a.device, 1.0, k=16)
@@ -113,9 +123,13 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     model.generation_config.do_sample = False
     out = Path(a.out)
-    model.save_pretrained(out)
+    model.to(save_dtype).save_pretrained(out)
     tok.save_pretrained(out)
+    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    (out / "model.sha256").write_text(f"{digest}  model.safetensors\n")
+    report["sha256"] = digest
     (out / "sft_eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("sha256", digest)
 
 
 if __name__ == "__main__":

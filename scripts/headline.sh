@@ -15,9 +15,9 @@ SEEDS=${SEEDS:-1,2,3}
 python3 scripts/build_headline_model.py --out /tmp/headline_model --steps "${SFT_STEPS:-1000}" 2>&1 \
   | grep -v "Writing\|Loading" | tee "$OUTDIR/build.log"
 cp /tmp/headline_model/sft_eval.json "$OUTDIR/"
-export PODS_HEADLINE_MODEL=/tmp/headline_model OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1
 python3 scripts/launch_parallel.py --out /tmp/sweep --gpus 1 --per-gpu "${PER_GPU:-18}" \
-  --sweep arm="$ARMS" --sweep seed="$SEEDS" -- experiment=gsm8k_main scale=gpu ${EXTRA:-} \
+  --sweep arm="$ARMS" --sweep seed="$SEEDS" -- experiment=gsm8k_main scale=gpu model.path=/tmp/headline_model ${EXTRA:-} \
   2>&1 | tee "$OUTDIR/launch.log"
 tar czf "$OUTDIR/sweep.tgz" --exclude='checkpoints' --exclude='.hydra' -C /tmp sweep
 python3 -m pods.compare /tmp/sweep --rule paper --baseline none-n16-m16 --out /tmp/cmp 2>&1 | tail -25

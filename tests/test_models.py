@@ -28,9 +28,11 @@ def test_gpu_profile_without_gpu_fails(make_cfg):
         resolve_device(settings(make_cfg("hardware=gpu")).hardware)
 
 
-def test_missing_local_model_dir(make_cfg, tmp_path):
-    with pytest.raises(ConfigError, match="model.path="):
-        c = settings(make_cfg(f"model.path={tmp_path}/nope/"))
+@pytest.mark.parametrize("where", ["{tmp}/nope/", "outputs/models/nope"])
+def test_missing_local_model_dir(make_cfg, tmp_path, where):
+    """A missing folder, absolute or relative, is named as such (a relative `a/b/c` is no hub id)."""
+    with pytest.raises(ConfigError, match="model.path=.*no config.json there"):
+        c = settings(make_cfg(f"model.path={where.format(tmp=tmp_path)}"))
         check_model_source(c.model, c.hardware)
 
 

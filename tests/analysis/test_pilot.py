@@ -80,3 +80,20 @@ def test_candidate_without_pods_is_refused(tmp_path):
     write_run(tmp_path / "g1", "none-n16-m16", 1, 1e-6, [0.5, 0.6], 1.0, 0.5)
     with pytest.raises(CompareError, match="max_variance-n64-m16"):
         check_candidate([tmp_path / "g1"], 10, 10, Criteria())
+
+
+def test_step_ratio_read_on_runs_timed_alone(tmp_path):
+    """(iv) from `alone` runs when given; a candidate with none timed alone fails (iv), never passes by default."""
+    rise = [0.5, 0.55, 0.6, 0.7, 0.8]
+    write_run(tmp_path / "s/g1", "none-n16-m16", 1, 1e-6, rise, 1.0, 0.5)
+    write_run(tmp_path / "s/p1", "max_variance-n64-m16", 1, 1e-6, rise, 1.5, 0.3)  # shared: 1.5x
+    write_run(tmp_path / "a/g1", "none-n16-m16", 1, 1e-6, [0.5], 0.10, 0.5)
+    write_run(tmp_path / "a/p1", "max_variance-n64-m16", 1, 1e-6, [0.5], 0.13, 0.3)  # alone: 1.3x
+    runs, alone = group_by_config(tmp_path / "s", "optim.lr")["1e-06"], group_by_config(tmp_path / "a", "optim.lr")
+    crit = Criteria(max_step_ratio=1.35)
+    shared = check_candidate(runs, 10, 40, crit)
+    assert shared["step_ratio"] == pytest.approx(1.5) and not shared["iv"]
+    timed = check_candidate(runs, 10, 40, crit, alone["1e-06"])
+    assert timed["step_ratio"] == pytest.approx(1.3) and timed["iv"] and timed["passes"]
+    untimed = check_candidate(runs, 10, 40, crit, [])
+    assert np.isnan(untimed["step_ratio"]) and not untimed["iv"] and not untimed["passes"]
