@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--x-max", type=float)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sign-flip", action="store_true", help="exact sign-flip p of the paired gaps")
     args = p.parse_args(argv)
     try:
         pairs = [b.split("=", 1) for b in args.block]
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"blocked_compare: error: {e}", file=sys.stderr)
         return 2
     print(to_markdown(rows, args.baseline, rule, args.n_boot, args.seed))
-    print(gaps_markdown(blocks, args.baseline), end="")
+    print(gaps_markdown(blocks, args.baseline, args.sign_flip), end="")
     return 0
 
 

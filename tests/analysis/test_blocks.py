@@ -85,3 +85,19 @@ def test_paired_gaps_pair_runs_by_seed_and_skip_the_start():
     assert paired_gaps(base, var) == {"1": pytest.approx(0.1), "2": pytest.approx(0.0)}
     with pytest.raises(CompareError, match="-s<seed>"):
         paired_gaps(base, Curves(GRID, var.values, ["a", "b"], np.zeros(2), np.zeros(2)))
+
+
+def test_sign_flip_pvalue_against_brute_force():
+    """Exact p equals a brute-force loop over all sign patterns, in chunks or not; ties count as extreme."""
+    from itertools import product as patterns
+
+    from pods.analysis.blocks import sign_flip_pvalue
+
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 9):
+        d = rng.normal(0.02, 0.05, n)
+        brute = np.mean([abs(np.dot(s, d)) >= abs(d.sum()) * (1 - 1e-12) for s in patterns((1, -1), repeat=n)])
+        assert sign_flip_pvalue(d) == pytest.approx(brute)
+        assert sign_flip_pvalue(d, chunk=3) == pytest.approx(brute)
+    assert sign_flip_pvalue(np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])) == pytest.approx(2 / 64)
+    assert sign_flip_pvalue(np.zeros(4)) == 1.0  # no effect: every pattern ties
