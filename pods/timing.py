@@ -30,6 +30,7 @@ class PhaseTimer:
         self.step_peaks: dict[str, int] = {}  # bytes, per phase, this step
         self.max_allocated = 0
         self._peaks: list[int] = []  # per open phase: the peak of what ran inside it before its last reset
+        self._step_start: tuple[float, float] | None = None  # (perf_counter, phase seconds so far) at start_step
 
     @contextmanager
     def phase(self, name: str):
@@ -73,11 +74,27 @@ class PhaseTimer:
         if self._peaks:  # a nested phase's peak is its enclosing phase's too
             self._peaks[-1] = max(self._peaks[-1], peak)
 
+    def start_step(self) -> None:
+        """Mark a step's start: pop_step then also reports the step's wall time (timing/wall_step) and the
+        part of it that no phase claimed (timing/unattributed: host work between phases, waits for other
+        ranks outside a phase). The phases' GPU syncs make the two comparable."""
+        if self.sync_cuda:
+            torch.cuda.synchronize()
+        self._step_start = (time.perf_counter(), sum(self.step_times.values()))
+
     def pop_step(self) -> dict[str, float]:
         """This step's per-phase seconds as timing/* metrics and, on a GPU, peak memory as memory/*, then
         reset."""
         out = {f"timing/{k}": v for k, v in self.step_times.items()}
         out["timing/step"] = sum(v for k, v in self.step_times.items() if k not in NOT_TRAINING)
+        if self._step_start is not None:
+            if self.sync_cuda:
+                torch.cuda.synchronize()
+            t0, before = self._step_start
+            wall = time.perf_counter() - t0
+            out["timing/wall_step"] = wall
+            out["timing/unattributed"] = wall - (sum(self.step_times.values()) - before)
+            self._step_start = None
         out.update({f"memory/peak_{k}_gib": v / 2**30 for k, v in self.step_peaks.items()})
         self.step_times, self.step_peaks = defaultdict(float), {}
         return out

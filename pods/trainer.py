@@ -173,6 +173,7 @@ class Trainer:
 
     def train_step(self) -> dict:
         s, t = self.settings.selector, self.timer
+        t.start_step()
         with autocast(self.dtype, self.device):
             batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
         self.step += 1
@@ -197,16 +198,17 @@ class Trainer:
     def _step_metrics(self, batch, kept, cs, update: dict) -> dict:
         s = self.settings.selector
         out = {}
-        all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
-        if all_kept.numel():
-            out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
-        out.update(completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len))
+        with self.timer.phase("metrics"):  # gathers and reductions across ranks: a step cost, named
+            all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
+            if all_kept.numel():
+                out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
+            out.update(completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len))
+            out.update(cs.metrics(self.dist, s.n))
+            out.update(self.prefilter.metrics())
         self.counters["tokens_trained"] += int(update.get("update/tokens", 0))
         self.counters["rollouts"] += cs.rollouts
         self.counters["tokens_generated"] += cs.tokens
         self.counters["prompts_skipped"] += cs.skipped
-        out.update(cs.metrics(self.dist, s.n))
-        out.update(self.prefilter.metrics())
         out.update(self.timer.pop_step())
         return out
 

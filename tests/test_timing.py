@@ -3,6 +3,7 @@ across the resets; nothing on a CPU. The CUDA allocator is faked (no GPU here)."
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pods.timing import PhaseTimer
@@ -65,3 +66,24 @@ def test_each_phase_gets_its_own_peak_and_the_run_keeps_its_own(monkeypatch):
     }
     assert timer.max_allocated == 10 * GIB  # what bench.PeakMemory adds to the counter it reads at the end
     assert timer.pop_step() == {"timing/step": 0}  # reset with the step
+
+
+def test_wall_step_splits_into_phases_and_the_unattributed_rest():
+    """timing/wall_step = the phases run since start_step + timing/unattributed (time outside any phase);
+    a phase that ran before start_step (gc after the last step) is not charged to this step's wall."""
+    import time
+
+    timer = PhaseTimer()
+    with timer.phase("gc"):
+        time.sleep(0.02)
+    timer.start_step()
+    with timer.phase("generation"):
+        time.sleep(0.03)
+    time.sleep(0.05)  # e.g. a collective outside any phase
+    with timer.phase("update"):
+        time.sleep(0.01)
+    rec = timer.pop_step()
+    inside = rec["timing/generation"] + rec["timing/update"]
+    assert rec["timing/wall_step"] == pytest.approx(inside + rec["timing/unattributed"])
+    assert 0.05 <= rec["timing/unattributed"] < rec["timing/wall_step"]
+    assert "timing/wall_step" not in timer.pop_step()  # only for a step that was started

@@ -190,15 +190,18 @@ class RolloutCollector:
             if len(picked) < dist.world:
                 break
             r = self.generate(dist.shard([p for p, _ in picked]))
-            stats.rollouts += int(dist.sum(len(r.texts)))
-            stats.tokens += int(dist.sum(int(r.completion_mask.sum())))
+            with self.timer.phase("gather"):  # the first collective after generation: ranks wait for the slowest
+                stats.rollouts += int(dist.sum(len(r.texts)))
+                stats.tokens += int(dist.sum(int(r.completion_mask.sum())))
             with self.timer.phase("reward"):
                 self.score(r, stats)
-            all_rewards, all_correct = dist.gather(r.rewards), dist.gather(r.correct)  # (P_round, n)
+            with self.timer.phase("gather"):
+                all_rewards, all_correct = dist.gather(r.rewards), dist.gather(r.correct)  # (P_round, n)
             stats.generated_groups += all_rewards.shape[0]
             stats.all_rewards.append(all_rewards)
             stats.all_correct.append(all_correct)
-            self.prefilter.observe(dist.unshard_order([p for p, _ in picked]), picked[0][1], all_correct)
+            with self.timer.phase("filter"):  # the prefilter remembers each prompt's outcome
+                self.prefilter.observe(dist.unshard_order([p for p, _ in picked]), picked[0][1], all_correct)
             if s.dynamic_sampling:
                 useful = useful_groups(all_rewards, want - have)  # positions in the gathered batch
                 stats.dropped_zero_var += all_rewards.shape[0] - len(useful)
