@@ -38,7 +38,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_point(a, model_dir: Path, data: tuple[Path, Path], procs: int, dist: str, run_dir: Path) -> list[dict]:
+def run_point(
+    a, model_dir: Path, data: tuple[Path, Path], procs: int, dist: str, run_dir: Path
+) -> list[dict]:
     """One torchrun launch; its rank-0 train records."""
     prompts = a.strong or procs  # strong: fixed global batch; weak: one prompt per process
     n, m = (64, 16) if a.strong else (16, 16)
@@ -91,7 +93,9 @@ def main() -> None:
     add_model_args(p)
     p.add_argument("--procs", default="1,2,4", help="comma list of process counts (one GPU each)")
     p.add_argument("--dist", default="ddp,fsdp", help="comma list of ddp, fsdp")
-    p.add_argument("--strong", type=int, default=0, help="a fixed global batch of this many prompts (n=64, m=16)")
+    p.add_argument(
+        "--strong", type=int, default=0, help="a fixed global batch of this many prompts (n=64, m=16)"
+    )
     p.add_argument("--out", required=True, help="the table (markdown); raw records beside it as .jsonl")
     a = p.parse_args()
     a.threads = a.threads or 1
@@ -108,7 +112,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = f"strong, {a.strong} prompts x n=64, m=16" if a.strong else "weak, 1 prompt per process, n=m=16"
     shape = f"layers {a.layers}, hidden {a.hidden}, vocab {a.vocab}, LoRA {a.lora}, {a.completion_len} tokens"
-    out.write_text(f"Scaling ({kind}; {shape}; device {a.device}; median over steps 3+):\n\n" + table(rows, not a.strong))
+    out.write_text(
+        f"Scaling ({kind}; {shape}; device {a.device}; median over steps 3+):\n\n" + table(rows, not a.strong)
+    )
     out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
     shutil.rmtree(work, ignore_errors=True)
 

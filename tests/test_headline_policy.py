@@ -35,8 +35,11 @@ def test_shipped_policy_loads_and_answers():
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     assert sum(p.numel() for p in model.parameters()) == 10_746_624
-    enc = tok(["State the final answer to the following arithmetic problem: 2 + 3 =\n"], return_tensors="pt",
-              add_special_tokens=False)
+    enc = tok(
+        ["State the final answer to the following arithmetic problem: 2 + 3 =\n"],
+        return_tensors="pt",
+        add_special_tokens=False,
+    )
     out = model.generate(**enc, max_new_tokens=40, do_sample=False, pad_token_id=tok.pad_token_id)
-    text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "<answer>" in text  # the SFT format: worked steps, then the answer
