@@ -153,6 +153,7 @@ _started = False  # the task function ran: composition succeeded
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
+    from pods.checkpoint import CheckpointError
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError
@@ -161,7 +162,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     _started = True
     try:
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, MetricsGapError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
         msg = str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)
