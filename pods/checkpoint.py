@@ -211,6 +211,8 @@ def _remove(path: Path, ckpt_root: Path) -> None:
 
 
 def _prune(ckpt_root: Path, keep_last: int) -> None:
+    for trash in ckpt_root.glob(".trash_*"):  # a deletion a kill interrupted: finish it
+        shutil.rmtree(trash, ignore_errors=True)
     done = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
     for old in done[: max(len(done) - max(keep_last, 1), 0)]:  # the newest is always kept
         _remove(old, ckpt_root)

@@ -115,10 +115,12 @@ def preflight(cfg) -> TrainConfig:
 
 
 def run(cfg) -> dict:
+    from pods import slurm
     from pods.trainer import Trainer
 
+    slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
     c = preflight(cfg)
-    trainer = Trainer(c, Path(c.run_dir))
+    trainer = Trainer(c, Path(c.run_dir), callbacks=slurm.callbacks())
     if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
         OmegaConf.save(OmegaConf.structured(c), Path(c.run_dir) / "config.yaml")
     return trainer.train()
