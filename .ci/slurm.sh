@@ -52,6 +52,8 @@ MinJobAge=300
 InactiveLimit=0
 Waittime=0
 MailProg=/bin/true
+# Schedule every 2 s (defaults 30-60 s): a requeued job starts again as soon as cred_expire allows
+SchedulerParameters=sched_interval=2,bf_interval=2
 NodeName=$host CPUs=$(( cpus < 8 ? 8 : cpus )) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
