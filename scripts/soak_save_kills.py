@@ -5,8 +5,9 @@
 A reference run trains 6 smoke steps (a checkpoint every step). Then runs of the same config are started
 (resume=true after the first start) and killed with SIGKILL while a save is under way: the script watches
 checkpoints/ for a save's temporary entries (.tmp_step_*, .old_*, .latest.tmp) and kills at a random moment
-after one appears, at the first or second save of a start (so the run still advances). Each run goes on until
-it finishes; then its records must be once each and equal to the reference's, and its final weights bitwise
+after one appears, at the first or second save of a start (so the run still advances); --kills counts the
+kills that left a half-done save on disk (the others landed in its last moments, or in the pruning after it).
+Each run goes on until it finishes; then its records must be once each and equal to the reference's, and its final weights bitwise
 equal. Runs repeat until --kills kills have been made. tests/reliability/test_save_kills.py runs it with 3.
 Writes kills.jsonl (one line per kill: what was on disk) and summary.json under --out.
 """
@@ -36,6 +37,7 @@ STEPS = 6
 ARGS = ["debug=smoke", "hardware=cpu", "selector.n=8", "selector.m=4", "optim.lr=1e-3", f"max_steps={STEPS}",
         "checkpoint.every_steps=1", "eval.every_steps=2"]  # fmt: skip
 IN_SAVE = (".tmp_step_", ".old_step_", ".latest.tmp", ".trash_")
+HALF_DONE = (".tmp_step_", ".old_step_", ".latest.tmp")  # left by a kill before the save was complete
 
 
 def _cmd(run_dir: Path, resume: bool) -> list[str]:
@@ -73,7 +75,7 @@ def start_and_kill(run_dir: Path, rng: random.Random, env: dict) -> dict | None:
         if now and not was:
             seen += 1
             if seen == nth:
-                time.sleep(rng.uniform(0.0, 0.02))  # somewhere inside the save
+                time.sleep(rng.uniform(0.0, 0.01))  # somewhere inside the save
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 return {"save": seen, "on_disk": _in_save(root), "latest": _latest(root)}
@@ -120,10 +122,11 @@ def main() -> None:
     ref = work / "reference"
     subprocess.run(_cmd(ref, False), cwd=ROOT, env=env, check=True, capture_output=True)
     kills, runs, failures = [], 0, []
-    while len(kills) < a.kills:
+    while sum(k["inside"] for k in kills) < a.kills:
         run_dir, starts = work / f"run_{runs}", 0
         while (k := start_and_kill(run_dir, rng, env)) is not None:
             starts += 1
+            k["inside"] = any(n.startswith(HALF_DONE) for n in k["on_disk"])
             kills.append({"run": runs, "start": starts, **k})
             print(f"kill {len(kills)}: run {runs} start {starts} {k}", flush=True)
         diff = same_run(ref, run_dir)

@@ -5,6 +5,7 @@ itself, ends bitwise equal to an uninterrupted run with every record once; bad i
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -46,10 +47,23 @@ def _job_logs(sweep: Path) -> str:
     return "".join(p.read_text() for p in sorted((sweep / ".submitit").rglob("*_log.*")))
 
 
+def readme_sweep() -> list[str]:
+    """README's Slurm smoke-sweep command, word for word (docs/slurm.md's, if README has moved it there)."""
+    for doc in ("README.md", "docs/slurm.md"):
+        for line in (ROOT / doc).read_text().splitlines():
+            if line.startswith("python -m pods.train -m hydra/launcher=slurm") and "debug=smoke" in line:
+                return shlex.split(line)
+    raise AssertionError(
+        "README.md has no `python -m pods.train -m hydra/launcher=slurm ... debug=smoke` line"
+    )
+
+
 def test_smoke_sweep_runs_on_slurm_and_compare_reads_it(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = _multirun(*SLURM, "debug=smoke", "hardware=cpu", "selector=max_variance,random", "seed=0,1",
-                     f"hydra.sweep.dir={sweep}")  # fmt: skip
+    cmd = readme_sweep()
+    assert cmd[:3] == ["python", "-m", "pods.train"]
+    proc = subprocess.run([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:] + _job_logs(sweep)[-3000:]
     runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
     assert runs == ["max_variance-n4-m4-s0", "max_variance-n4-m4-s1", "random-n4-m4-s0", "random-n4-m4-s1"]
