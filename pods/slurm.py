@@ -63,6 +63,9 @@ def setup(cfg: DictConfig) -> None:
     if tasks > 1 and "WORLD_SIZE" not in os.environ:  # srun, not torchrun: Slurm's variables say who is who
         from submitit.helpers import TorchDistributedEnvironment
 
+        # submitit knows its own jobs by SUBMITIT_EXECUTOR; a plain sbatch + srun script is a Slurm job too
+        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
+        # every task sees all GPUs of its node; accelerate takes cuda:LOCAL_RANK
         env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         log.info(
             "Slurm task %d of %d (master %s:%d)", env.rank, env.world_size, env.master_addr, env.master_port
