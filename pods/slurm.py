@@ -101,12 +101,9 @@ class RequeueOnSignal(Callback):
             return
         if trainer.changes != trainer.saved_changes:
             trainer.save()
+        then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         name = signal.Signals(signum).name
-        log.warning(
-            "%s at step %d: checkpoint saved in %s; the job is requeued", name, trainer.step, trainer.run_dir
-        )
-        if trainer.logger:
-            trainer.logger.sync()
+        log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
         previous = self.previous.get(signum)
         if signum == signal.SIGUSR2 and callable(previous):
             previous(signum, None)  # submitit: `scontrol requeue` this job (rank 0), then exit
