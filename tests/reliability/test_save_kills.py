@@ -19,7 +19,7 @@ def test_kills_inside_saves_resume_bitwise_equal(tmp_path):
         sys.executable,
         "scripts/soak_save_kills.py",
         "--kills",
-        "2",
+        "1",
         "--seed",
         "1",
         "--out",
@@ -28,5 +28,5 @@ def test_kills_inside_saves_resume_bitwise_equal(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["kills"] >= 2 and summary["failures"] == []
+    assert summary["kills_with_a_save_half_done_on_disk"] >= 1 and summary["failures"] == []
     assert summary["runs_bitwise_equal"] == summary["runs"] >= 1

@@ -32,7 +32,7 @@ def test_two_task_job_matches_the_torchrun_launch(tmp_path):
     cmd = [sys.executable, "-m", "pods.train", "-m", *SLURM, "hydra.launcher.tasks_per_node=2", *RUN,
            f"hydra.sweep.dir={sweep}"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     logs = _job_logs(sweep)
     assert proc.returncode == 0, proc.stderr[-2000:] + logs[-3000:]
     assert "Slurm task 0 of 2" in logs and "Slurm task 1 of 2" in logs  # ranks from Slurm, not torchrun
