@@ -9,12 +9,19 @@ Re-saving a step never deletes the good copy first: the old directory is renamed
 the new one renamed in, and only then the old one removed; `latest_checkpoint` finds an .old_ copy if a
 kill landed between the two renames. Pruned checkpoints are renamed to .trash_ before deletion, so a
 half-deleted directory never looks like a checkpoint. Each checkpoint has a small meta.json (step, and
-how many metrics.jsonl lines it covers) so a resume can pick one without loading the optimizer state.
+how many metrics.jsonl lines it covers) so a resume can pick one without loading the optimizer state,
+and the size and SHA-256 of every file, read back from disk at save time: a resume verifies them
+(`verify`) and never loads a damaged or half-written file. A save that fails (a full disk) removes its
+temporary directory and raises one line (CheckpointError); the previous checkpoint and `latest` stay.
+trainer_state.pt is loaded with weights_only=True: tensors, containers and numpy's RNG state only.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -26,6 +33,11 @@ import torch
 
 LATEST = "latest"
 META = "meta.json"
+log = logging.getLogger("pods")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the message says why and what is left intact."""
 
 
 class Stateful(Protocol):
@@ -82,16 +94,41 @@ def save_checkpoint(
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}"
-    old = ckpt_root / f".old_step_{step:07d}"
+    try:
+        _write(tmp, step, model, trainer_state, model_state, meta)
+        _publish(ckpt_root, tmp, final)
+    except Exception as e:
+        full = _disk_full(e, ckpt_root)  # before the partial copy is removed and frees its space
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not full:
+            raise
+        prev = latest_checkpoint(ckpt_root)
+        kept = f"{prev.name} and `latest` are intact" if prev else "there is no earlier checkpoint"
+        raise CheckpointError(
+            f"checkpoint of step {step} not saved: no space left on device in {ckpt_root}; {kept}. Free "
+            "space, or copy the run directory to a larger disk and resume there with resume=true"
+        ) from None
+    _prune(ckpt_root, keep_last)
+    return final
+
+
+def _write(tmp: Path, step: int, model, trainer_state: dict, model_state: dict | None, meta: dict | None):
     shutil.rmtree(tmp, ignore_errors=True)
     if model_state is None:
         model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
     else:
         model.save_pretrained(tmp / "model", state_dict=model_state)
-    (tmp / META).write_text(json.dumps({**(meta or {}), "step": step}))
-    # trainer_state.pt is written last: its presence marks a checkpoint complete
+    # trainer_state.pt's presence marks a checkpoint complete; meta.json, last, holds every file's checksum
     torch.save({**trainer_state, "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
+    files = {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    (tmp / META).write_text(json.dumps({**(meta or {}), "step": step, "files": files}))
+    _fsync_dir(tmp)
+
+
+def _publish(ckpt_root: Path, tmp: Path, final: Path) -> None:
+    """Rename the written copy into place and point `latest` at it."""
+    old = ckpt_root / f".old_{final.name}"
     checkpoints(ckpt_root)  # finish a swap a kill interrupted (restores an .old_ copy if it is the only one)
     _remove(old, ckpt_root)  # what is left of .old_ now is a stale copy beside a complete `final`
     if final.exists():  # re-saving a step: keep the good copy until the new one is in place
@@ -105,8 +142,46 @@ def save_checkpoint(
     os.replace(pointer, ckpt_root / LATEST)
     _fsync_dir(ckpt_root, files=False)
     _remove(old, ckpt_root)
-    _prune(ckpt_root, keep_last)
-    return final
+
+
+def _disk_full(e: BaseException, path: Path) -> bool:
+    """Did a write fail for want of space? safetensors says so only in its message (SafetensorError) and
+    torch.save not at all ("unexpected pos ..."): then the filesystem's free space tells."""
+    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(e):
+        return True
+    try:
+        return shutil.disk_usage(path).free < (1 << 20)
+    except OSError:
+        return False
+
+
+def _digest(path: Path) -> list:
+    """[size in bytes, sha256 hex] of a file as it is on disk."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return [path.stat().st_size, h.hexdigest()]
+
+
+def verify(ckpt: Path) -> str | None:
+    """What is wrong with a checkpoint's files (a size or checksum that differs from what was saved, a file
+    missing, meta.json unreadable), or None. Checkpoints of older pods have no checksums: not checked."""
+    try:
+        files = json.loads((ckpt / META).read_text()).get("files")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError) as e:
+        return f"{META} unreadable ({type(e).__name__})"
+    for name, (size, digest) in (files or {}).items():
+        path = ckpt / name
+        if not path.is_file():
+            return f"{name} missing"
+        if path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size} bytes, {size} were saved"
+        if _digest(path)[1] != digest:
+            return f"{name} checksum differs from the one saved"
+    return None
 
 
 def _fsync_dir(path: Path, files: bool = True) -> None:
@@ -136,6 +211,8 @@ def _remove(path: Path, ckpt_root: Path) -> None:
 
 
 def _prune(ckpt_root: Path, keep_last: int) -> None:
+    for trash in ckpt_root.glob(".trash_*"):  # a deletion a kill interrupted: finish it
+        shutil.rmtree(trash, ignore_errors=True)
     done = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
     for old in done[: max(len(done) - max(keep_last, 1), 0)]:  # the newest is always kept
         _remove(old, ckpt_root)
@@ -159,9 +236,12 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
     done = checkpoints(ckpt_root)
     pointer = ckpt_root / LATEST
     if pointer.exists():
-        cand = ckpt_root / pointer.read_text().strip()
-        if cand in done:
+        name = pointer.read_bytes()[:64].decode("utf-8", "replace").strip()
+        cand = ckpt_root / name
+        if name.startswith("step_") and cand in done:
             return cand
+        if done:
+            log.warning("%s names %r, not a complete checkpoint; using %s", pointer, name, done[0].name)
     return done[0] if done else None
 
 
@@ -212,5 +292,15 @@ def read_weights(ckpt: Path) -> dict:
     return state
 
 
+# What trainer_state.pt holds besides tensors and containers: numpy's RNG state (an array and its dtype).
+# weights_only=True refuses anything else, so a foreign checkpoint directory cannot run code on load.
+_SAFE_GLOBALS = [np.ndarray, np.dtype, np.dtype("uint32").__class__]
+try:
+    _SAFE_GLOBALS.append(np._core.multiarray._reconstruct)  # numpy >= 2
+except AttributeError:
+    _SAFE_GLOBALS.append(np.core.multiarray._reconstruct)
+
+
 def load_trainer_state(ckpt: Path) -> dict:
-    return torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    with torch.serialization.safe_globals(_SAFE_GLOBALS):
+        return torch.load(ckpt / "trainer_state.pt", weights_only=True)

@@ -10,6 +10,8 @@ named by the variant they produce.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from omegaconf import OmegaConf
 
 
@@ -32,6 +34,12 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant}-s{seed}"
 
 
+def sweep_stamp(launcher: str) -> str:
+    """The sweep directory's time prefix: none under Slurm, where a requeued job (or the same command again
+    with resume=true) must find the directory it started in; else the time the sweep started."""
+    return "" if launcher.endswith("SlurmLauncher") else datetime.now().strftime("%Y-%m-%d_%H-%M-%S_")
+
+
 def _as_bool(x) -> bool:
     return x if isinstance(x, bool) else str(x).lower() == "true"
 
@@ -45,3 +53,5 @@ def register_resolver() -> None:
         ),
         replace=True,
     )
+    # `${pods.sweep_stamp:${hydra.launcher._target_}}`; cached like Hydra's `now`: one stamp per sweep
+    OmegaConf.register_new_resolver("pods.sweep_stamp", sweep_stamp, use_cache=True, replace=True)

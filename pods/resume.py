@@ -79,6 +79,10 @@ class Checkpointer:
             found.insert(0, pointer)
         gap: MetricsGapError | None = None
         for path in found:
+            damage = ckpt.verify(path)  # a truncated or half-written file: never loaded
+            if damage:
+                log.warning("checkpoint %s is damaged (%s); falling back to an older one", path.name, damage)
+                continue
             try:
                 meta = ckpt.read_meta(path)
             except Exception as e:  # noqa: BLE001 - an unreadable checkpoint: try an older one
@@ -158,7 +162,14 @@ def _part(states: dict, name: str, path: Path) -> dict:
 
 def read_state(path: Path) -> dict:
     """trainer_state.pt of a checkpoint in FORMAT 2, converting the earlier layout; refuses any other."""
-    st = ckpt.load_trainer_state(path)
+    try:
+        st = ckpt.load_trainer_state(path)
+    except Exception as e:  # noqa: BLE001 - weights_only refuses code; torch's message is many lines
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(
+            f"checkpoint {path}: trainer_state.pt cannot be loaded as tensors and containers only "
+            f"({type(e).__name__}: {first}); pods loads no code from a checkpoint"
+        ) from None
     if st.get("format") == FORMAT:
         return st
     if "format" not in st and {"select_gen", "sampler", "train_clock"} <= set(st):

@@ -115,10 +115,12 @@ def preflight(cfg) -> TrainConfig:
 
 
 def run(cfg) -> dict:
+    from pods import slurm
     from pods.trainer import Trainer
 
+    slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
     c = preflight(cfg)
-    trainer = Trainer(c, Path(c.run_dir))
+    trainer = Trainer(c, Path(c.run_dir), callbacks=slurm.callbacks())
     if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
         OmegaConf.save(OmegaConf.structured(c), Path(c.run_dir) / "config.yaml")
     return trainer.train()
@@ -153,6 +155,7 @@ _started = False  # the task function ran: composition succeeded
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
+    from pods.checkpoint import CheckpointError
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError
@@ -161,7 +164,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     _started = True
     try:
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, MetricsGapError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
         msg = str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)

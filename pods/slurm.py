@@ -1,0 +1,183 @@
+"""Running under Slurm (hydra/launcher=slurm, hydra-submitit-launcher): checks before anything is submitted,
+the process group from Slurm's own variables, and time limits and preemption that lose nothing.
+
+    python -m pods.train -m hydra/launcher=slurm hydra.launcher.partition=<yours> experiment=...
+
+- Before submitting (`SubmitCheck`, a Hydra callback of the preset): the partition exists, GPUs asked for
+  are there, tasks_per_node fits the hardware profile, the sweep directory is not another sweep's. One line.
+- In the job (`setup`): a job that Slurm requeued resumes its own run directory (the preset's run
+  directories do not depend on the submit time); several tasks get RANK/WORLD_SIZE/MASTER_ADDR from Slurm
+  (submitit's TorchDistributedEnvironment), so hardware=multi_gpu/fsdp need no torchrun line.
+- Signals (`RequeueOnSignal`): SIGUSR2 (the preset asks Slurm for it `signal_delay_s` before the time limit)
+  and SIGTERM (preemption, `scontrol requeue`) are noted; at the next step boundary every rank saves a
+  checkpoint, then submitit requeues the job (SIGUSR2) or Slurm does (preemption/requeue) and the process ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback as HydraCallback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from pods.callbacks import Callback
+from pods.errors import ConfigError
+
+log = logging.getLogger("pods")
+
+
+def in_job() -> bool:
+    return "SLURM_JOB_ID" in os.environ
+
+
+def requeued() -> bool:
+    """This job ran before and was requeued (time limit, preemption, `scontrol requeue`)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+
+
+def num_tasks() -> int:
+    return int(os.environ.get("SLURM_NTASKS", "1") or 1) if in_job() else 1
+
+
+# --- in the job ---------------------------------------------------------------------------------------
+
+
+def setup(cfg: DictConfig) -> None:
+    """Before the run's checks: resume a requeued job, and export the process group's variables when Slurm
+    started several tasks. Nothing outside a Slurm job."""
+    if not in_job():
+        return
+    distributed = OmegaConf.select(cfg, "hardware.distributed", default="none")
+    tasks = num_tasks()
+    if tasks > 1 and distributed == "none":
+        raise ConfigError(
+            f"Slurm started {tasks} tasks but hardware.distributed=none runs one process: {tasks} copies of the "
+            "same run would write one directory; set hydra.launcher.tasks_per_node=1, or hardware=multi_gpu/fsdp"
+        )
+    if tasks > 1 and "WORLD_SIZE" not in os.environ:  # srun, not torchrun: Slurm's variables say who is who
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # submitit knows its own jobs by SUBMITIT_EXECUTOR; a plain sbatch + srun script is a Slurm job too
+        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
+        # every task sees all GPUs of its node; accelerate takes cuda:LOCAL_RANK
+        env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        log.info(
+            "Slurm task %d of %d (master %s:%d)", env.rank, env.world_size, env.master_addr, env.master_port
+        )
+    if requeued() and not cfg.resume:
+        log.warning(
+            "Slurm requeued this job (restart %s): resuming %s",
+            os.environ["SLURM_RESTART_COUNT"],
+            cfg.run_dir,
+        )
+        with open_dict(cfg):
+            cfg.resume = True
+
+
+class RequeueOnSignal(Callback):
+    """A time-limit warning (SIGUSR2) or a preemption/requeue (SIGTERM) ends the run at the next step
+    boundary with a checkpoint, so that the requeued job loses nothing. The handlers only note the signal;
+    saving inside one would catch the loop half-way through a step."""
+
+    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+
+    def __init__(self):
+        self.caught = 0
+        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}  # submitit's, under submitit
+
+    def _note(self, signum, frame) -> None:
+        self.caught = signum
+
+    def on_step_start(self, trainer) -> None:
+        # all ranks stop at the same step (the save is a collective under FSDP): the highest signal number wins
+        signum = int(trainer.dist.max(self.caught))
+        if not signum:
+            return
+        if trainer.changes != trainer.saved_changes:
+            trainer.save()
+        then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
+        name = signal.Signals(signum).name
+        log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
+        previous = self.previous.get(signum)
+        if signum == signal.SIGUSR2 and callable(previous):
+            previous(signum, None)  # submitit: `scontrol requeue` this job (rank 0), then exit
+        elif signum == signal.SIGUSR2 and trainer.dist.is_main:  # a plain sbatch script: requeue ourselves
+            job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ["SLURM_JOB_ID"])
+            task = os.environ.get("SLURM_ARRAY_TASK_ID")
+            subprocess.run(["scontrol", "requeue", f"{job}_{task}" if task else job], check=False)
+        sys.exit(128 + signum)  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends the job
+
+
+def callbacks() -> list:
+    return [RequeueOnSignal()] if in_job() else []
+
+
+# --- before submitting --------------------------------------------------------------------------------
+
+
+class SubmitCheck(HydraCallback):
+    """Hydra callback of hydra/launcher=slurm: refuse in one line, before anything is submitted, a partition
+    Slurm does not have, GPUs the partition does not have, tasks that do not fit the hardware profile, and a
+    sweep directory that already holds another sweep's runs (unless resume=true)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            check_submission(config)
+        except ConfigError as e:
+            print(f"pods: error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+
+def check_submission(config: DictConfig) -> None:
+    launcher = config.hydra.launcher
+    partition = launcher.get("partition")
+    partitions = _sinfo("%R")
+    if partition and partition not in partitions:
+        raise ConfigError(
+            f"hydra.launcher.partition={partition!r}: Slurm has no such partition; it has {', '.join(partitions)}"
+        )
+    gpus = int(launcher.get("gpus_per_node") or 0)
+    where = f"partition {partition!r}" if partition else "the default partition"
+    if gpus > 0 and not any("gpu" in g for g in _sinfo("%G", partition)):
+        raise ConfigError(
+            f"hydra.launcher.gpus_per_node={gpus} but {where} has no GPUs (sinfo lists no gres/gpu); set "
+            "hydra.launcher.gpus_per_node=0 and a CPU hardware profile (hardware=cpu)"
+        )
+    hw = config.hardware
+    tasks = int(launcher.get("tasks_per_node") or 1)
+    if tasks > 1 and hw.distributed == "none":
+        raise ConfigError(
+            f"hydra.launcher.tasks_per_node={tasks} but hardware={hw.name} runs one process "
+            "(hardware.distributed=none); set tasks_per_node=1, or hardware=multi_gpu/fsdp"
+        )
+    if hw.distributed != "none" and hw.device == "cuda" and gpus and tasks != gpus:
+        raise ConfigError(
+            f"hydra.launcher.tasks_per_node={tasks} must equal gpus_per_node={gpus} for hardware={hw.name} "
+            "(one process per GPU)"
+        )
+    if hw.device == "cuda" and gpus == 0:
+        raise ConfigError(
+            f"hardware={hw.name} runs on a GPU but hydra.launcher.gpus_per_node=0; ask for GPUs or use hardware=cpu"
+        )
+    sweep = Path(str(config.hydra.sweep.dir))
+    if not config.get("resume") and sweep.is_dir() and any(sweep.glob("*/metrics.jsonl")):
+        raise ConfigError(
+            f"hydra.sweep.dir={sweep} already holds a sweep's runs; pass resume=true to continue them, or "
+            "choose another hydra.sweep.dir"
+        )
+
+
+def _sinfo(field: str, partition: str | None = None) -> list[str]:
+    if shutil.which("sinfo") is None:
+        raise ConfigError("hydra/launcher=slurm: `sinfo` is not on PATH; submit from a Slurm login node")
+    cmd = ["sinfo", "-h", "-o", field, *(["-p", partition] if partition else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ConfigError(f"hydra/launcher=slurm: `{' '.join(cmd)}` failed: {out.stderr.strip()[:200]}")
+    return sorted({x.strip().rstrip("*") for x in out.stdout.split()})

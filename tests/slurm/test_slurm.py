@@ -1,0 +1,156 @@
+"""On a real Slurm: a 2 x 2 smoke sweep through hydra/launcher=slurm (README's command) that pods.compare reads;
+a job that is requeued (`scontrol requeue`) and runs past its time limit (SIGUSR2), saving and requeueing
+itself, ends bitwise equal to an uninterrupted run with every record once; bad input is one line before sbatch."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pods import checkpoint as ckpt
+from pods.tracking import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+# the launcher settings a one-node CPU test cluster needs (partition `debug`, no GPUs, 1 core per task)
+SLURM = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=10",
+]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
+
+
+def _multirun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pods.train", "-m", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _train(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def _jobs() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+
+
+def _job_logs(sweep: Path) -> str:
+    return "".join(p.read_text() for p in sorted((sweep / ".submitit").rglob("*_log.*")))
+
+
+def readme_sweep() -> list[str]:
+    """README's Slurm smoke-sweep command, word for word (docs/slurm.md's, if README has moved it there)."""
+    for doc in ("README.md", "docs/slurm.md"):
+        for line in (ROOT / doc).read_text().splitlines():
+            if line.startswith("python -m pods.train -m hydra/launcher=slurm") and "debug=smoke" in line:
+                return shlex.split(line)
+    raise AssertionError(
+        "README.md has no `python -m pods.train -m hydra/launcher=slurm ... debug=smoke` line"
+    )
+
+
+def test_smoke_sweep_runs_on_slurm_and_compare_reads_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = readme_sweep()
+    assert cmd[:3] == ["python", "-m", "pods.train"]
+    proc = subprocess.run([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:] + _job_logs(sweep)[-3000:]
+    runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
+    assert runs == ["max_variance-n4-m4-s0", "max_variance-n4-m4-s1", "random-n4-m4-s0", "random-n4-m4-s1"]
+    assert all([r["step"] for r in _train(sweep / r)] == [1, 2, 3] for r in runs)
+    assert len(list((sweep / ".submitit").glob("*/*_submission.sh"))) == 1  # one array job of 4
+    out = subprocess.run(
+        [sys.executable, "-m", "pods.compare", str(sweep), "--baseline", "random-n4-m4", "--out", str(tmp_path / "cmp")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = (tmp_path / "cmp" / "summary.md").read_text()
+    assert "| max_variance-n4-m4 | 2 |" in table and "| random-n4-m4 | 2 |" in table
+
+
+BAD = {
+    "hydra.launcher.partition=nope": "partition='nope': Slurm has no such partition; it has debug",
+    "hydra.launcher.gpus_per_node=1": "gpus_per_node=1 but partition 'debug' has no GPUs",
+    "hydra.launcher.tasks_per_node=2": "tasks_per_node=2 but hardware=cpu runs one process",
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+def test_bad_input_is_one_line_before_anything_is_submitted(bad, tmp_path):
+    before = set(_jobs())
+    proc = _multirun(*SLURM, "debug=smoke", "hardware=cpu", bad, f"hydra.sweep.dir={tmp_path}/s", timeout=120)
+    assert proc.returncode == 2
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("pods: error:")]
+    assert len(errors) == 1 and BAD[bad] in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s" / ".submitit").exists()
+    assert set(_jobs()) <= before  # nothing new in the queue
+
+
+# --- requeue and time limit ---------------------------------------------------------------------------
+
+# No periodic checkpoint: what a requeued job resumes from is the checkpoint its signal handler saved.
+RUN = [
+    "debug=smoke",
+    "hardware=cpu",
+    "max_steps=160",
+    "checkpoint.every_steps=0",
+    "eval.every_steps=50",
+    "seed=0",
+]
+# in the Slurm job only: 0.25 s of sleep per step until its 2nd restart (a reward term of weight 0): it outlives the signal
+SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("uninterrupted") / "run"
+    subprocess.run([sys.executable, "-m", "pods.train", *RUN, f"hydra.run.dir={d}"], cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    return d
+
+
+def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
+    """`scontrol requeue` mid-run (SIGTERM: save, Slurm requeues), then a 1-minute time limit whose SIGUSR2
+    (50 s before it) makes the job save and requeue itself, as often as it comes, until the run ends."""
+    sweep = tmp_path / "sweep"
+    limit = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=50"]
+    cmd = [sys.executable, "-m", "pods.train", "-m", *limit, *RUN, *SLOW, f"hydra.sweep.dir={sweep}"]
+    log = (tmp_path / "submit.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    run_dir = sweep / "max_variance-n4-m4-s0"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+        not (run_dir / "metrics.jsonl").exists() or len(_train(run_dir)) < 5
+    ):
+        assert proc.poll() is None, (tmp_path / "submit.log").read_text()[-3000:]
+        time.sleep(0.5)
+    job = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
+    subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
+    try:
+        assert proc.wait(timeout=420) == 0, (tmp_path / "submit.log").read_text()[-3000:]
+    finally:
+        proc.kill()
+        subprocess.run(["scancel", job.split("_")[0]], check=False)
+    logs = _job_logs(sweep)
+    assert re.search(r"SIGTERM at step \d+: checkpoint saved", logs), logs[-3000:]
+    assert re.search(r"SIGUSR2 at step \d+: checkpoint saved", logs), logs[-3000:]
+    assert (
+        len(re.findall(r"Slurm requeued this job \(restart \d+\): resuming " + re.escape(str(run_dir)), logs))
+        >= 2
+    )
+    a, b = read_metrics(uninterrupted / "metrics.jsonl"), read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # each record once
+    for x, y in zip(a, b):
+        assert all(x.get(k) == y.get(k) for k in ("reward/mean", "update/loss", "eval/accuracy")), x["step"]
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (uninterrupted, run_dir))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # bitwise

@@ -1,0 +1,46 @@
+"""A 2-task Slurm job (tasks_per_node=2, DDP on the CPU through gloo) builds its process group from Slurm's
+variables, with no torchrun line, and logs the same records as the same run launched by torchrun."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pods.tracking import read_metrics
+from tests.conftest import SAME_RUN_KEYS, SMOKE
+from tests.e2e.test_distributed import _torchrun
+from tests.slurm.test_slurm import SLURM, _job_logs
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = [*SMOKE, "algo.prompts_per_step=4", "arm=greso+dynamic_sampling+max_variance-n64-m16", "selector.n=8",
+       "selector.m=4", "checkpoint.every_steps=2", "hardware.distributed=ddp", "hardware.num_threads=1"]  # fmt: skip
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_two_task_job_matches_the_torchrun_launch(tmp_path):
+    ref = tmp_path / "torchrun"
+    _torchrun(ref, tmp_path / "logs", *RUN[len(SMOKE) :])
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "pods.train", "-m", *SLURM, "hydra.launcher.tasks_per_node=2", *RUN,
+           f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    logs = _job_logs(sweep)
+    assert proc.returncode == 0, proc.stderr[-2000:] + logs[-3000:]
+    assert "Slurm task 0 of 2" in logs and "Slurm task 1 of 2" in logs  # ranks from Slurm, not torchrun
+    (run_dir,) = [p.parent for p in sweep.glob("*/metrics.jsonl")]
+    a, b = _records(ref), _records(run_dir)
+    assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # rank 0 writes, once
+    assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3]
+    for x, y in zip(a, b):
+        for k in (*SAME_RUN_KEYS, "eval/accuracy"):
+            assert x.get(k) == y.get(k), (x["kind"], x["step"], k, x.get(k), y.get(k))
+    assert all(r["rollout/rollouts"] >= 4 * 8 for r in b if r["kind"] == "train")  # both ranks' shards
