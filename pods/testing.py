@@ -16,6 +16,7 @@ pods' own components pass them (tests/test_testing.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -28,10 +29,13 @@ def _fn(registry, name_or_fn):
     return registry.get_or_raise(name_or_fn) if isinstance(name_or_fn, str) else name_or_fn
 
 
-def check_selector(selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0) -> None:
+def check_selector(
+    selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0, settings=None
+) -> None:
     """`selector(rewards (P, n), m, generator) -> (P, m)`: on continuous, binary, tied and constant rewards,
     the indices are a long tensor of shape (P, m), in [0, n), distinct in each row; the rewards are not
-    modified; two calls with generators of the same seed agree. Pass m=n for a keep-all selector."""
+    modified; two calls with generators of the same seed agree. Pass m=n for a keep-all selector, and
+    `settings` (its registry entry's dataclass) for a selector with knobs."""
     from pods.selection import SELECTORS
 
     fn = _fn(SELECTORS, selector)
@@ -44,7 +48,8 @@ def check_selector(selector: str | Callable, P: int = 6, n: int = 8, m: int = 3,
     }
     for case, rewards in cases.items():
         before = rewards.clone()
-        outs = [fn(rewards, m, torch.Generator().manual_seed(seed)) for _ in range(2)]
+        kw = dataclasses.asdict(settings) if settings is not None else {}
+        outs = [fn(rewards, m, torch.Generator().manual_seed(seed), **kw) for _ in range(2)]
         keep = outs[0]
         where = f"selector on {case} rewards"
         assert isinstance(keep, torch.Tensor), f"{where}: returned {type(keep).__name__}, not a tensor"

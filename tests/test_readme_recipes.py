@@ -55,6 +55,7 @@ def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
         "even_only",
         "my_engine",
     )
+    assert cfg.selector.min_reward.jitter == 0.1  # the plugin selector's own setting, from the command line
     records = read_metrics(run / "metrics.jsonl")
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]

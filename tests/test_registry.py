@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pods.config import ConfigError, validate
+from pods.components import checked
+from pods.config import ConfigError
 from pods.registry import Registry, import_submodules
 from pods.train import load_plugins, preflight
 
@@ -54,7 +55,7 @@ def test_import_submodules_imports_every_module_of_a_package(tmp_path, monkeypat
 )
 def test_an_unknown_component_fails_at_config_time_listing_the_registered_ones(make_cfg, override, message):
     with pytest.raises(ConfigError) as e:
-        validate(make_cfg(override))
+        checked(make_cfg(override))
     assert message in str(e.value) and "\n" not in str(e.value)
 
 

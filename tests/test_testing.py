@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.config import ConfigError, PrefilterConfig, settings
+from pods.config import ConfigError, settings
 from pods.filter import NoFilter
+from pods.filter.greso import GresoConfig
 from pods.reward import Grader
 from pods.rollout import BACKENDS, Backend, HFGenerator, RolloutSettings, check_backend, register_backend
 from pods.rollout.backend import check_generate_signature
@@ -53,7 +54,7 @@ def test_check_reward_catches_a_short_answer():
         check_reward(lambda completions, answers, **kw: [0.0])
 
 
-@pytest.mark.parametrize("name, settings_", [("none", None), ("greso", PrefilterConfig())])
+@pytest.mark.parametrize("name, settings_", [("none", None), ("greso", GresoConfig())])
 def test_the_shipped_prefilters_conform(name, settings_):
     check_prefilter(name, settings_)
 

@@ -128,9 +128,11 @@ class Backend:
 BACKENDS: Registry[type[Backend]] = Registry("rollout backend")
 
 
-def register_backend(name: str):
-    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it."""
-    return BACKENDS.register(name)
+def register_backend(name: str, settings: type | None = None):
+    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it.
+    `settings`: a dataclass of the backend's own knobs, set as `rollout.<name>.<knob>` and read in its hooks
+    as `settings.rollout.own()`."""
+    return BACKENDS.register(name, settings)
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -139,23 +141,20 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def check_backend(settings: RolloutSettings) -> type[Backend]:
-    """The config checks that depend on the backend (run in preflight, beside pods.config.validate, which
-    stays below the rollout stage): rollout.backend is registered, its generate() takes what the loop and
-    eval pass (the Generator protocol), and it supports the hardware profile."""
+    """The config checks that depend on the backend (run by pods.components.resolve, which has checked that
+    rollout.backend is registered): its generate() takes what the loop and eval pass (the Generator
+    protocol), and it supports the hardware profile."""
     name = settings.rollout.backend
-    if name not in BACKENDS:
-        raise ConfigError(
-            f"rollout.backend={name!r} is not valid; allowed values: {', '.join(sorted(BACKENDS))}"
-        )
+    cls = backend_class(name)
     try:
-        check_generate_signature(BACKENDS[name], name)
+        check_generate_signature(cls, name)
     except TypeError as e:
         raise ConfigError(str(e)) from None
-    if settings.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
+    if settings.hardware.distributed == "fsdp" and not cls.supports_fsdp:
         raise ConfigError(
             f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
         )
-    return BACKENDS[name]
+    return cls
 
 
 def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
