@@ -128,18 +128,18 @@ class RewardConfig:
     workers: int = 0  # math-verify worker processes per rank; 0: min(4, CPUs per local rank), at least 2
     batch_timeout_s: float = 30.0  # bound on grading one batch; what is left counts as timeouts; 0: none
 
-    def check(self) -> None:
-        from pods.reward import REWARDS
+    sections: dict[str, Any] = field(
+        default_factory=dict
+    )  # a reward function's own settings (pods.components)
 
+    def check(self) -> None:
+        # the names are checked against the reward registry in pods.components.resolve
         weights = dict(self.weights)
         if not weights:
-            raise ConfigError(f"reward.weights is empty; give at least one of: {', '.join(sorted(REWARDS))}")
+            raise ConfigError(
+                "reward.weights is empty; give at least one reward name and its weight (accuracy: 1.0)"
+            )
         for name, w in weights.items():
-            if name not in REWARDS:
-                raise ConfigError(
-                    f"reward.weights.{name}: {name!r} is not a registered reward; registered: "
-                    f"{', '.join(sorted(REWARDS))}"
-                )
             number(f"reward.weights.{name}", w)
             if w < 0:
                 raise ConfigError(
@@ -163,35 +163,18 @@ class RewardConfig:
 
 @dataclass
 class PrefilterConfig:
-    """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. GRESO's knobs are
-    read by `greso` only (pods/filter/greso.py)."""
+    """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. A filter's own knobs
+    sit in its section, `prefilter.<name>.*` (GRESO's: pods/filter/greso.py, GresoConfig)."""
 
-    name: str = "none"  # none | greso: a name in pods.filter.PREFILTERS
-    p_init: float = 0.5  # initial base keep-probability for zero-variance prompts
-    p_step: float = 0.01  # adaptation step per training step
-    p_min: float = 0.05
-    p_max: float = 0.95
-    min_keep: float = 0.01  # a prompt is always kept with at least this probability
-    target_zero_var: float = 0.25  # target fraction of zero-variance groups among rollouts
-    easy_share: float = 0.3333333333333333  # share of the target that is all-correct (rest: all-wrong)
+    name: str = "none"  # none | greso: a name in pods.filter.PREFILTERS (checked in pods.components)
+    sections: dict[str, Any] = field(default_factory=dict)  # filter name -> its own settings
+
+    def own(self) -> Any:
+        """The chosen filter's settings (its registry entry's dataclass), or None."""
+        return self.sections.get(self.name)
 
     def check(self) -> None:
-        from pods.filter import PREFILTERS
-
-        choice("prefilter.name", self.name, sorted(PREFILTERS))
-        for k in ("p_init", "p_min", "p_max"):
-            interval(f"prefilter.{k}", getattr(self, k), 0, 1, "(]")
-        if not self.p_min <= self.p_init <= self.p_max:
-            raise ConfigError(
-                f"prefilter needs p_min <= p_init <= p_max; got p_min={self.p_min}, p_init={self.p_init}, "
-                f"p_max={self.p_max}"
-            )
-        interval("prefilter.p_step", self.p_step, 0, 1, "[]", " (the adaptation step per training step)")
-        interval(
-            "prefilter.min_keep", self.min_keep, 0, 1, "[)", " (min_keep >= 1 keeps every prompt: no filter)"
-        )
-        interval("prefilter.target_zero_var", self.target_zero_var, 0, 1, "[]", " (a fraction of groups)")
-        interval("prefilter.easy_share", self.easy_share, 0, 1, "[]", " (a fraction of the target)")
+        pass
 
 
 @dataclass
@@ -220,11 +203,14 @@ class SelectorConfig:
     name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selection.SELECTORS
     n: int = 16  # rollouts generated per prompt
     m: int = 16  # rollouts trained on per prompt (m <= n)
+    sections: dict[str, Any] = field(default_factory=dict)  # selector name -> its own settings
+
+    def own(self) -> Any:
+        """The chosen selector's settings (its registry entry's dataclass), or None."""
+        return self.sections.get(self.name)
 
     def check(self) -> None:
-        from pods.selection import SELECTORS
-
-        choice("selector.name", self.name, sorted(SELECTORS))
+        # selector.name is checked against the registry in pods.components.resolve
         if self.n < 2:
             raise ConfigError(f"selector.n={self.n} must be >= 2: GRPO advantages need at least two rollouts")
         if not 1 <= self.m <= self.n:
@@ -277,7 +263,6 @@ class HardwareConfig:
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
     )
     num_threads: int = 0  # torch intra-op CPU threads (0 = automatic: the free cores, see pods/threads.py)
-    vllm_gpu_memory_utilization: float = 0.35  # share of the GPU the colocated vLLM engine may take
 
     def check(self) -> None:
         choice("hardware.device", self.device, ["auto", "cpu", "cuda"])
@@ -296,7 +281,6 @@ class HardwareConfig:
         choice("hardware.update_sdpa", self.update_sdpa, ["auto", "flash", "cudnn", "efficient", "math"])
         if self.num_threads < 0:
             raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
-        interval("hardware.vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 0, 1, "(]")
         at_least("hardware.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
         for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
             if getattr(self, key) is not None:
@@ -328,10 +312,15 @@ class RolloutConfig:
     # generate call (the update gets that memory; the next call allocates and captures again)
     fuse_projections: bool = True  # hf graph loop with a generation copy of its own (full fine-tune, or
     # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
-    vllm_sleep_mode: bool = False  # vllm: free the engine's GPU memory during the update
+    sections: dict[str, Any] = field(default_factory=dict)  # backend name -> its own settings (vllm:
+    # pods/rollout/vllm.py, VLLMSettings)
+
+    def own(self) -> Any:
+        """The chosen backend's settings (its registry entry's dataclass), or None."""
+        return self.sections.get(self.backend)
 
     def check(self) -> None:
-        # rollout.backend is checked against the backend registry in preflight (pods.rollout.check_backend)
+        # rollout.backend is checked against the backend registry in pods.components.resolve
         positive("rollout.temperature", self.temperature, note=" (0 = greedy: all n rollouts would be equal)")
         interval("rollout.top_p", self.top_p, 0, 1, "(]")
         at_least("rollout.top_k", self.top_k, 0, " (0 = off)")
@@ -463,8 +452,8 @@ class TrainConfig:
         positive("max_train_time", self.max_train_time, allow_zero=True, note=" (0 = no time limit)")
         for group in self.groups():
             group.check()
-        # a backend's own limits (registered name, FSDP support) are checked by pods.rollout.check_backend
-        # in preflight, where the backend registry (and any plugin's backends) is loaded
+        # the registered names, the components' own settings and a backend's limits (FSDP support) are
+        # checked by pods.components.resolve, where the registries (and any plugin's entries) are loaded
         h, r = self.hardware, self.rollout
         if str(r.compile).lower() == "true" and h.load_in_4bit:
             raise ConfigError(
@@ -473,26 +462,59 @@ class TrainConfig:
             )
 
 
+# Groups whose components may bring settings of their own, each in a section named after the component
+# (`prefilter.greso.p_init`, `rollout.vllm.sleep_mode`): keys beyond the group's fields pass composition and
+# are typed and checked, with the registries loaded, by pods.components.resolve.
+OPEN_GROUPS = ("selector", "prefilter", "reward", "rollout")
+
+
+def schema() -> Any:
+    """TrainConfig as Hydra composes on it: typed, closed (an unknown key fails), but for OPEN_GROUPS."""
+    node = OmegaConf.structured(TrainConfig)
+    for g in OPEN_GROUPS:
+        OmegaConf.set_struct(node[g], False)
+    return node
+
+
 def register_schema() -> None:
     from pods.naming import register_resolver
 
-    ConfigStore.instance().store(name="pods_schema", node=TrainConfig)
+    ConfigStore.instance().store(name="pods_schema", node=schema())
     register_resolver()  # ${pods.run_name:...}: the run-name format, defined once in pods/naming.py
 
 
 def settings(cfg: Any) -> TrainConfig:
-    """The composed config as typed dataclasses, interpolations resolved (each stage takes its group);
-    typed settings are returned as they are."""
+    """The composed config as typed dataclasses, interpolations resolved (each stage takes its group); a
+    component section (`prefilter.greso: {...}`) goes to its group's `sections`, still untyped (typed by
+    pods.components.resolve). Typed settings are returned as they are."""
     if isinstance(cfg, TrainConfig):
         return cfg
     if not (OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is TrainConfig):
-        cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
-    return OmegaConf.to_object(cfg)
+        cfg = OmegaConf.merge(schema(), cfg)
+    data = OmegaConf.to_container(cfg, resolve=True)
+    for g in OPEN_GROUPS:
+        own = TrainConfig.__dataclass_fields__[g].default_factory.__dataclass_fields__
+        node = data[g]
+        node["sections"] = {
+            **node.get("sections", {}),
+            **{k: node.pop(k) for k in list(node) if k not in own},
+        }
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), data))
+
+
+def as_container(c: TrainConfig) -> dict:
+    """The typed settings as plain containers in the layout a config is written in (sections back under
+    their group): what a run saves as config.yaml."""
+    data = OmegaConf.to_container(OmegaConf.structured(c))
+    for g in OPEN_GROUPS:
+        data[g].update(data[g].pop("sections"))
+    return data
 
 
 def validate(cfg: Any) -> TrainConfig:
     """Check every field's range and choices and the relations between groups; raise ConfigError with one
-    line naming the key, the bad value and what is allowed. Runs before anything heavy loads."""
+    line naming the key, the bad value and what is allowed. Runs before anything heavy loads. The names of
+    components and their own settings are checked next, by pods.components.resolve (preflight)."""
     typed = settings(cfg)
     typed.check()
     return typed

@@ -18,7 +18,9 @@ from omegaconf import OmegaConf
 def variant_name(
     selector: str, n: int, m: int, prefilter: str = "none", dynamic_sampling: bool = False
 ) -> str:
-    """>>> variant_name("max_variance", 64, 16)
+    """The variant: the sampling stages that are on, in the loop's order, then n and m.
+
+    >>> variant_name("max_variance", 64, 16)
     'max_variance-n64-m16'
     >>> variant_name("none", 16, 16, prefilter="greso", dynamic_sampling=True)
     'greso+dynamic_sampling+none-n16-m16'
@@ -28,7 +30,9 @@ def variant_name(
 
 
 def run_name(variant: str, seed: int) -> str:
-    """>>> run_name("none-n16-m16", 3)
+    """One seed of a variant.
+
+    >>> run_name("none-n16-m16", 3)
     'none-n16-m16-s3'
     """
     return f"{variant}-s{seed}"

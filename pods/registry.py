@@ -3,7 +3,9 @@
 Each stage package keeps one (selectors, prefilters, rewards, rollout backends) and imports all of its
 modules on import (`import_submodules`), so a new file in the package registers itself. Code outside the
 package is named in the config's `plugins:` list and imported before the config is checked
-(`load_plugins`).
+(`load_plugins`). An entry may bring its own settings, a dataclass: `register("greso", settings=GresoConfig)`;
+the config then holds them under the group, in a section named after the entry (`prefilter.greso.p_init`),
+checked and typed with the rest of the config before anything loads (pods/components.py).
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ class Registry(Generic[T], dict):
     def __init__(self, kind: str):
         super().__init__()
         self.kind = kind
+        self.settings: dict[str, type] = {}  # name -> the entry's settings dataclass, if it has one
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, settings: type | None = None) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self and self[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self[name] = obj
+            if settings is not None:
+                self.settings[name] = settings
             return obj
 
         return deco

@@ -1,8 +1,10 @@
-"""Spellings that issue 20's config-by-stage layout retired, each refused with a one-line hint naming the new
+"""Spellings that issue 20's config-by-stage layout (and then components owning their settings) retired, each refused with a one-line hint naming the new
 one (never silently accepted: one word per stage, no aliases). Checked on the command line before Hydra runs,
 so a command copied from an old note fails at once and says what to write instead."""
 
 from __future__ import annotations
+
+GRESO_KNOBS = ("p_init", "p_step", "p_min", "p_max", "min_keep", "target_zero_var", "easy_share")
 
 # old key (or key prefix, ending in '.') -> what to write now
 RETIRED_KEYS = {
@@ -13,7 +15,11 @@ RETIRED_KEYS = {
     "algo.scale_adv_by_std": "advantage.scale_by_std",
     "selector.greso.oversample": "dynamic_sampling.oversample",
     "selector.greso.max_rounds": "dynamic_sampling.max_rounds",
-    "selector.greso.": "prefilter.<knob> (p_init, p_step, p_min, p_max, min_keep, target_zero_var, easy_share)",
+    "selector.greso.": "prefilter.greso.<knob> (p_init, p_step, p_min, p_max, min_keep, target_zero_var, easy_share)",
+    # components own their settings (issue: "extension contracts"): a section named after the component
+    **{f"prefilter.{k}": f"prefilter.greso.{k}" for k in GRESO_KNOBS},
+    "rollout.vllm_sleep_mode": "rollout.vllm.sleep_mode",
+    "hardware.vllm_gpu_memory_utilization": "rollout.vllm.gpu_memory_utilization",
 }
 
 # retired group options -> the stage groups (or arm) that run the same thing
@@ -45,5 +51,5 @@ def retired_hint(args: list[str]) -> str | None:
             return f"{a}: the variant group is retired; arms are named by their run names: arm=<name> (conf/arm/)"
         for old, new in RETIRED_KEYS.items():
             if key == old or (old.endswith(".") and key.startswith(old)):
-                return f"{a}: {old.rstrip('.')} is retired by the config-by-stage layout; write {new}"
+                return f"{a}: {old.rstrip('.')} is retired; write {new}"
     return None

@@ -25,7 +25,7 @@ class PhaseTimer:
         self.sync_cuda = sync_cuda and torch.cuda.is_available()
         self._inner: list[float] = []  # per open phase: seconds spent in phases nested inside it
         # peak_memory: each phase resets CUDA's peak counter, so its peak is its own; max_allocated keeps the
-        # run's (every reading before a reset), for whoever reads the counter across phases (pods/bench.py)
+        # run's (every reading before a reset), for whoever reads the counter across phases (bench/harness.py)
         self.peak_memory = peak_memory and torch.cuda.is_available()
         self.step_peaks: dict[str, int] = {}  # bytes, per phase, this step
         self.max_allocated = 0

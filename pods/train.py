@@ -18,7 +18,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pods.config import ConfigError, DatasetConfig, TrainConfig, register_schema, validate
+from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
 from pods.spelling import retired_hint
 
 log = logging.getLogger("pods")
@@ -82,7 +82,7 @@ def check_task_config(d: DatasetConfig) -> None:
 
 
 def load_plugins(plugins: list[str]) -> None:
-    """Import the modules named in `plugins:`; what they register becomes a valid name for validate()."""
+    """Import the modules named in `plugins:`; what they register becomes a valid name (pods.components)."""
     from pods.registry import load_plugins as load
 
     try:
@@ -96,14 +96,15 @@ def load_plugins(plugins: list[str]) -> None:
 def preflight(cfg) -> TrainConfig:
     """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here. Returns the
     run's typed settings (pods.config.TrainConfig), the only form of the config the stages see."""
+    from pods.components import checked
     from pods.memory import choose_finetune
     from pods.models import check_model_source, resolve_device
-    from pods.rollout import RolloutSettings, check_backend
+    from pods.rollout import RolloutSettings, backend_class
 
     load_plugins(list(cfg.plugins))
-    c = validate(cfg)
+    c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
     gen = RolloutSettings.from_config(c)
-    backend = check_backend(gen)  # rollout.backend: registered, and fit for the hardware profile
+    backend = backend_class(c.rollout.backend)
     check_task_config(c.dataset)
     device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(c.run_dir, c.resume)
@@ -122,7 +123,7 @@ def run(cfg) -> dict:
     c = preflight(cfg)
     trainer = Trainer(c, Path(c.run_dir), callbacks=slurm.callbacks())
     if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
-        OmegaConf.save(OmegaConf.structured(c), Path(c.run_dir) / "config.yaml")
+        OmegaConf.save(as_container(c), Path(c.run_dir) / "config.yaml")
     return trainer.train()
 
 

@@ -24,6 +24,7 @@ import torch
 import transformers
 
 from pods.checkpoint import RngStreams
+from pods.components import resolve
 from pods.config import TrainConfig, validate
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
@@ -73,7 +74,7 @@ class Trainer:
         """`config`: the run's typed settings (pods.train.preflight's), or a composed config, which is typed and
         checked here (every group's check(), as pods.train does) before anything loads."""
         self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
-        self.settings = c = config if isinstance(config, TrainConfig) else validate(config)
+        self.settings = c = resolve(config if isinstance(config, TrainConfig) else validate(config))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
         self.device = resolve_device(c.hardware)
@@ -180,7 +181,9 @@ class Trainer:
         kept = None
         if batch is not None:
             with t.phase("selection"):
-                kept = batch.select(downsample(s.name, batch.rewards, s.m, self.select_rng))  # (P, m)
+                kept = batch.select(
+                    downsample(s.name, batch.rewards, s.m, self.select_rng, s.own())
+                )  # (P, m)
             with t.phase("advantages"):
                 a = self.settings.advantage
                 kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)

@@ -7,7 +7,7 @@ samples EOS, so completions run (nearly) the full --completion-len tokens: the m
 is a hash of the completion text (0/1), so groups have variance and the update always runs.
 
 The model, tokenizer, data, config and timed Trainer run are shared with bench_trl.py and bench_decode.py
-and live in pods/bench.py.
+and live in bench/harness.py.
 
 Per setting: mean seconds per phase (pods' timing/*; "step" is their sum, the training clock), generation
 tokens/s, update tokens/s (prompt + completion tokens of the rows trained), update MFU against a measured
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from pods.bench import (
+from bench.harness import (
     MemoryTrace,
     add_model_args,
     build_model_dir,

@@ -8,9 +8,9 @@ the detached current ones: ratio 1), temperature 1. For each variant: forward + 
 --repeats after --warmup calls, the peak memory above its start (CUDA allocator; RSS on a CPU, rough), and
 the loss and gradients against a float32 reference (the plain (B, L, V) logits and log_softmax).
 
-    python scripts/bench_liger.py --hidden 896 --out results/bench_liger/h896     # Qwen2.5-0.5B head
-    python scripts/bench_liger.py --hidden 2048 --out results/bench_liger/h2048   # Qwen2.5-3B head
-    python scripts/bench_liger.py --device cpu --dtype float32 --rows 4 --len 32 --vocab 2048 --repeats 2
+    PYTHONPATH=. python scripts/bench_liger.py --hidden 896 --out results/bench_liger/h896     # Qwen2.5-0.5B head
+    PYTHONPATH=. python scripts/bench_liger.py --hidden 2048 --out results/bench_liger/h2048   # Qwen2.5-3B head
+    PYTHONPATH=. python scripts/bench_liger.py --device cpu --dtype float32 --rows 4 --len 32 --vocab 2048 --repeats 2
 
 Liger's chunked losses are plain torch (its triton kernels are elsewhere), so they run on a CPU too; there
 its loss maths is not torch.compile'd (`compiled=False`). Without liger_kernel the Liger rows are skipped.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pods.bench import PeakMemory, save_results, sync
+from bench.harness import PeakMemory, save_results, sync
 from pods.update.logprobs import linear_token_logprobs
 from pods.update.loss import policy_loss
 

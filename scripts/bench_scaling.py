@@ -2,7 +2,7 @@
 update, metrics (cross-rank gathers), the part of the step no phase claims, peak memory and efficiency.
 
 Each point is `torchrun --nproc_per_node k -m pods.train ...` on a random Qwen2 of the given shape with the
-`bench_hash` reward (pods/bench.py, loaded with `plugins=`), n=m=16, eval and checkpoints off; steps 3 onward
+`bench_hash` reward (bench/harness.py, loaded with `plugins=`), n=m=16, eval and checkpoints off; steps 3 onward
 are read (median over steps and ranks' rank-0 records). Weak scaling keeps the work per process fixed (one
 prompt per process per step: efficiency = step at 1 / step at k); strong scaling keeps the global batch fixed
 (`--strong 8`: 8 prompts per step over k processes, the headline's n=64, m=16).
@@ -53,7 +53,7 @@ def run_point(
         f"selector.n={n}", f"selector.m={m}", "rollout=hf", "logger=none", f"hardware={hw}",
         f"hardware.distributed={dist}", f"hardware.lora={str(a.lora).lower()}", f"algo.prompts_per_step={prompts}",
         f"max_steps={a.steps}", "eval.at_start=false", "eval.at_end=false", "eval.every_steps=0",
-        "checkpoint.every_steps=0", "checkpoint.save_final=false", "plugins=[pods.bench]",
+        "checkpoint.every_steps=0", "checkpoint.save_final=false", "plugins=[bench.harness]",
         "reward=format", "reward.weights.format=0", "+reward.weights.bench_hash=1.0", *a.set,
     ]  # fmt: skip
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
@@ -87,7 +87,7 @@ def table(rows: list[tuple[str, int, dict]], weak: bool) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from pods.bench import add_model_args, build_model_dir, write_data
+    from bench.harness import add_model_args, build_model_dir, write_data
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)

@@ -1,6 +1,6 @@
 """The same GRPO step through TRL's GRPOTrainer and through pods, in one process on one machine.
 
-Both get the same random Qwen2 and character tokenizer (built by pods/bench.py, no hub), the same prompts,
+Both get the same random Qwen2 and character tokenizer (built by bench/harness.py, no hub), the same prompts,
 1 prompt x n generations per optimizer step, the same completion length, micro-batch, gradient
 checkpointing, lr / betas / weight decay / grad clip / temperature / clip epsilon (read from pods' composed
 config), beta = 0, token-level loss (TRL loss_type="dapo" = pods algo.loss_agg=token), the same hash reward,
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-from pods.bench import (
+from bench.harness import (
     MemoryTrace,
     PeakMemory,
     StepClock,
@@ -45,7 +45,7 @@ from pods.bench import (
 
 
 def trl_hash_reward(completions, **kw) -> list[float]:
-    """pods.bench's hash reward with TRL's signature (completions are strings for a plain-text prompt)."""
+    """bench.harness's hash reward with TRL's signature (completions are strings for a plain-text prompt)."""
     return bench_hash(list(completions))
 
 

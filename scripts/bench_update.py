@@ -21,8 +21,8 @@ import torch
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from bench.harness import save_results, sync
 from pods.batch import Rollouts
-from pods.bench import save_results, sync
 from pods.config import TrainConfig
 from pods.distributed import Dist
 from pods.models import autocast, resolve_dtype

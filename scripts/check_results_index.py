@@ -1,8 +1,8 @@
 """Check results/README.md against HEAD: the files and commands each entry names exist, and which entries'
-code changed since their commit (the rule: pods/results_index.py). Prints a table; exits 1 when an entry's
+code changed since their commit (the rule: bench/results_index.py). Prints a table; exits 1 when an entry's
 files are gone or it says current but is stale.
 
-    python scripts/check_results_index.py [--index results/README.md]
+    PYTHONPATH=. python scripts/check_results_index.py [--index results/README.md]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pods.results_index import check, git, report
+from bench.results_index import check, git, report
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.bench import add_model_args, build_model_dir, save_results, sync
+from bench.harness import add_model_args, build_model_dir, save_results, sync
 from pods.rollout.hf import HFGenerator
 
 PARTS = ["sync", "merge", "reclaim", "prefill", "eager", "capture", "replay", "restore", "rest"]

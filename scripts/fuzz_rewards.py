@@ -1,12 +1,12 @@
 """Fuzz the reward stage: adversarial completions through build_reward, each one timed on its own.
 
-The corpus and the timers are pods/reward/fuzz.py (CI runs a smaller corpus in tests/reward/test_fuzz.py);
+The corpus and the timers are bench/fuzz.py (CI runs a smaller corpus in tests/reward/test_fuzz.py);
 this script runs them at scale and writes the tables. The corpus is run twice: with
 the default deadlines, and with the worker's own alarm off, so that every slow input is stopped by the
 parent killing the worker (the path that covers C code no signal reaches). Writes results/reward_fuzz.md.
 
-    python scripts/fuzz_rewards.py --n 20000 --timeout_s 1.0
-    python scripts/fuzz_rewards.py --batch   # one reward call on 64 completions that each hit the limit
+    PYTHONPATH=. python scripts/fuzz_rewards.py --n 20000 --timeout_s 1.0
+    PYTHONPATH=. python scripts/fuzz_rewards.py --batch   # one reward call on 64 completions that each hit the limit
 
 `--batch` times whole batches the way the trainer calls the reward (one call per generation round):
 64 distinct power towers, the same tower 64 times, and 512 completions (8 x 64) of which 64 are towers.
@@ -64,9 +64,9 @@ def render_batches(rows, args, label: str) -> str:
 
 
 def main() -> None:
+    from bench.fuzz import adversarial_corpus, fuzz_reward_fields, time_batches, time_each
     from pods.config import RewardConfig
     from pods.reward import build_reward
-    from pods.reward.fuzz import adversarial_corpus, fuzz_reward_fields, time_batches, time_each
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=20_000)

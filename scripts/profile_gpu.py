@@ -28,7 +28,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.bench import add_model_args, build_model_dir, save_results
+from bench.harness import add_model_args, build_model_dir, save_results
 from pods.rollout.hf import HFGenerator
 
 PROMPT = ["What is 12 + 34? please add the numbers carefully then explain each step and answer"]

@@ -3,7 +3,7 @@ per-step diagnostics reach results.json and the markdown."""
 
 from __future__ import annotations
 
-from pods.bench import frame_key, peak_breakdown
+from bench.harness import frame_key, peak_breakdown
 from scripts.bench_gpu import UPDATE_DIAGNOSTICS, markdown, summarize
 
 

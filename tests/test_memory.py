@@ -10,6 +10,7 @@ import torch
 
 import pods.memory
 import pods.models
+from pods.components import checked
 from pods.config import settings
 from pods.errors import ConfigError
 from pods.memory import GIB, STATE_SHARE, architecture_config, model_size, state_bytes
@@ -120,10 +121,10 @@ def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
     fake_card(monkeypatch, 48)
     hf = settings(make_cfg("model=qwen2.5-1.5b", "rollout.compile=false"))
     choose_finetune(hf, CUDA)
-    vllm = settings(make_cfg("model=qwen2.5-1.5b", "rollout=vllm"))
+    vllm = checked(make_cfg("model=qwen2.5-1.5b", "rollout=vllm"))  # rollout.vllm's settings typed
     choose_finetune(vllm, CUDA)
     assert not hf.hardware.lora and vllm.hardware.lora
-    assert 48 * STATE_SHARE * (1 - vllm.hardware.vllm_gpu_memory_utilization) < 23.0 < 48 * STATE_SHARE
+    assert 48 * STATE_SHARE * (1 - vllm.rollout.own().gpu_memory_utilization) < 23.0 < 48 * STATE_SHARE
 
 
 def test_preflight_chooses_before_any_weights_load(make_cfg, monkeypatch, caplog):

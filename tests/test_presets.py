@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pods.config import validate
+from pods.components import checked
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -70,7 +70,7 @@ def test_experiment_x_scale_in_both_orders(make_cfg, experiment, scale):
     model = {"cpu": "tiny", "gpu": "headline"}[scale]
     assert a.model.name == model
     assert_survive(a, {k: v for k, v in leaves("model", model).items() if k not in s and k not in e}, model)
-    validate(a)
+    checked(a)
 
 
 @pytest.mark.parametrize("model", options("model"))
@@ -110,7 +110,7 @@ def test_arm_in_either_order(make_cfg, experiment, arm):
     b = make_cfg("scale=cpu", f"experiment={experiment}", f"arm={arm}")
     assert OmegaConf.to_yaml(a) == OmegaConf.to_yaml(b)
     assert_survive(a, leaves("arm", arm), f"arm={arm}")
-    validate(a)
+    checked(a)
 
 
 @pytest.mark.parametrize("arm", options("arm"))

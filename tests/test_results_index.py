@@ -3,10 +3,11 @@ runs (or imports) changes as code after its commit, not when a comment does; mis
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from pods.results_index import check, report
+from bench.results_index import check, report
 
 INDEX = """# Index
 
@@ -80,8 +81,33 @@ def test_the_script_exits_1_on_a_problem_and_0_without(tmp_path):
     codes = []
     for path in ("a.md", "nope.md"):
         index.write_text(row.format(path, c1))
+        env = {**os.environ, "PYTHONPATH": str(script.parents[1])}  # bench/ is not installed: the root
         done = subprocess.run(
-            [sys.executable, str(script), "--index", str(index)], capture_output=True, text=True
+            [sys.executable, str(script), "--index", str(index)], capture_output=True, text=True, env=env
         )
         codes.append(done.returncode)
     assert codes == [0, 1]
+
+
+def test_a_moved_module_is_not_a_change_of_code(tmp_path):
+    """Moving a module (and importing it by its new name) keeps an entry current; changing it after does not."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    helper = "def g():\n    return 1\n" + "".join(f"\n\ndef h{i}():\n    return {i}\n" for i in range(8))
+    c1 = commit(repo, {
+        "pods/__init__.py": "", "pods/helper.py": helper, "scripts/run.py": "from pods.helper import g\n",
+        "results/a.md": "a",
+    }, "measure")  # fmt: skip
+    git(repo, "mv", "pods/helper.py", "lab_helper.py")
+    commit(
+        repo, {"scripts/run.py": "from lab_helper import g\n", "lab/__init__.py": '"""The lab."""\n'}, "move"
+    )
+    index = repo / "results" / "README.md"
+    row = "| path | commit | command | status |\n|---|---|---|---|\n| `a.md` | {} | `python scripts/run.py` | current |\n"
+    index.write_text(row.format(c1))
+    [entry] = check(index, repo)
+    assert entry.code == {"scripts/run.py", "lab_helper.py"} and entry.changed == []
+    commit(repo, {"lab_helper.py": helper.replace("return 1", "return 2")}, "change it")
+    [entry] = check(index, repo)
+    assert entry.changed == ["lab_helper.py"]

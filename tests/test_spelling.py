@@ -15,6 +15,15 @@ CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 def has_key(dotted: str) -> bool:
+    """A schema key, or a component's own setting (`prefilter.greso.p_init`: a field of the settings
+    dataclass that the registry entry `greso` of the prefilter group declares)."""
+    from pods.components import registries
+
+    group, _, rest = dotted.partition(".")
+    name, _, field = rest.partition(".")
+    own = registries().get(group, None)
+    if own is not None and name in own.settings:
+        return not field or field == "<knob>" or field in own.settings[name].__dataclass_fields__
     node = OmegaConf.structured(TrainConfig)
     for part in dotted.split("."):
         # keys(), not `in node`: OmegaConf answers False for a key whose value is MISSING (selector.name)
@@ -46,7 +55,10 @@ def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
         ("selector=greso", "prefilter=greso dynamic_sampling.enabled=true selector=none"),
         ("+variant=pods", "selector=max_variance"),
         ("variant=grpo_mgpu", "arm=<name>"),
-        ("selector.greso.p_init=0.3", "prefilter.<knob>"),
+        ("selector.greso.p_init=0.3", "prefilter.greso.<knob>"),
+        ("prefilter.p_init=0.3", "write prefilter.greso.p_init"),
+        ("rollout.vllm_sleep_mode=true", "write rollout.vllm.sleep_mode"),
+        ("hardware.vllm_gpu_memory_utilization=0.5", "write rollout.vllm.gpu_memory_utilization"),
         ("selector.greso.max_rounds=4", "dynamic_sampling.max_rounds"),
         ("algo.scale_adv_by_std=false", "advantage.scale_by_std"),
     ],

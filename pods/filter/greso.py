@@ -9,9 +9,12 @@ targets (GRESO: 25% in all, 1/3 easy, 2/3 hard), bounded to [p_min, p_max], once
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from pods.errors import ConfigError, interval
 from pods.filter.registry import register_prefilter
 
 EASY, HARD, MIXED = 1, -1, 0
@@ -43,10 +46,47 @@ def keep_probability(z: int, p: float, min_keep: float) -> float:
     return 1.0 if z == 0 else max(p**z, min_keep)
 
 
-@register_prefilter("greso")
+@dataclass
+class GresoConfig:
+    """GRESO's knobs, `prefilter.greso.*` (conf/prefilter/greso.yaml picks the filter)."""
+
+    p_init: float = 0.5  # initial base keep-probability for zero-variance prompts
+    p_step: float = 0.01  # adaptation step per training step
+    p_min: float = 0.05
+    p_max: float = 0.95
+    min_keep: float = 0.01  # a prompt is always kept with at least this probability
+    target_zero_var: float = 0.25  # target fraction of zero-variance groups among rollouts
+    easy_share: float = 0.3333333333333333  # share of the target that is all-correct (rest: all-wrong)
+
+    def check(self) -> None:
+        for k in ("p_init", "p_min", "p_max"):
+            interval(f"prefilter.greso.{k}", getattr(self, k), 0, 1, "(]")
+        if not self.p_min <= self.p_init <= self.p_max:
+            raise ConfigError(
+                f"prefilter.greso needs p_min <= p_init <= p_max; got p_min={self.p_min}, p_init={self.p_init}, "
+                f"p_max={self.p_max}"
+            )
+        interval(
+            "prefilter.greso.p_step", self.p_step, 0, 1, "[]", " (the adaptation step per training step)"
+        )
+        interval(
+            "prefilter.greso.min_keep",
+            self.min_keep,
+            0,
+            1,
+            "[)",
+            " (min_keep >= 1 keeps every prompt: no filter)",
+        )
+        interval(
+            "prefilter.greso.target_zero_var", self.target_zero_var, 0, 1, "[]", " (a fraction of groups)"
+        )
+        interval("prefilter.greso.easy_share", self.easy_share, 0, 1, "[]", " (a fraction of the target)")
+
+
+@register_prefilter("greso", settings=GresoConfig)
 class GresoFilter:
-    def __init__(self, cfg, seed: int = 0):
-        self.cfg = cfg
+    def __init__(self, cfg: GresoConfig | None = None, seed: int = 0):
+        self.cfg = cfg = cfg if cfg is not None else GresoConfig()
         self.p = {EASY: cfg.p_init, HARD: cfg.p_init}
         self.history: dict[int, list[int]] = {}  # prompt id -> outcome per epoch it was seen in
         self.rng = np.random.default_rng([seed, 7919])

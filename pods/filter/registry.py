@@ -12,8 +12,8 @@ from pods.registry import Registry
 class Prefilter(Protocol):
     """Decides, before generating, which sampled prompts get rollouts; learns from the rewards it sees.
 
-    Built as `cls(settings, seed)` (settings: the `prefilter` group, pods.config.PrefilterConfig). Same calls on
-    every rank.
+    Built as `cls(settings, seed)` (settings: the dataclass its registry entry declares, from
+    `prefilter.<name>.*`, or None). Same calls on every rank.
     """
 
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]: ...
@@ -34,14 +34,16 @@ class Prefilter(Protocol):
 PREFILTERS: Registry[type[Prefilter]] = Registry("prefilter")
 
 
-def register_prefilter(name: str):
-    """Decorator: `@register_prefilter("name")` on a Prefilter class makes `prefilter.name=name` build it."""
-    return PREFILTERS.register(name)
+def register_prefilter(name: str, settings: type | None = None):
+    """Decorator: `@register_prefilter("name")` on a Prefilter class makes `prefilter.name=name` build it.
+    `settings`: a dataclass of the filter's own knobs, set as `prefilter.<name>.<knob>`."""
+    return PREFILTERS.register(name, settings)
 
 
-def build_prefilter(cfg, seed: int) -> Prefilter:
-    """The filter `cfg.name` (pods.config.PrefilterConfig: the name and the filter's own knobs)."""
-    return PREFILTERS.get_or_raise(cfg.name, "prefilter.name")(cfg, seed)
+def build_prefilter(group, seed: int) -> Prefilter:
+    """The filter `group.name` (pods.config.PrefilterConfig), built with its own settings (None if its
+    registry entry declares none)."""
+    return PREFILTERS.get_or_raise(group.name, "prefilter.name")(group.own(), seed)
 
 
 @register_prefilter("none")

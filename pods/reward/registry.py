@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -12,9 +13,11 @@ RewardFn = Callable[..., list[float]]  # fn(completions, answers, **kw) -> one f
 REWARDS: Registry[RewardFn] = Registry("reward")
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Decorator: `@register_reward("len")` makes `weights: {len: 0.1}` in a reward config pick it."""
-    return REWARDS.register(name)
+def register_reward(name: str, settings: type | None = None) -> Callable[[RewardFn], RewardFn]:
+    """Decorator: `@register_reward("len")` makes `weights: {len: 0.1}` in a reward config pick it.
+    `settings`: a dataclass of the function's own knobs, set as `reward.<name>.<knob>` and passed to it as
+    keyword arguments."""
+    return REWARDS.register(name, settings)
 
 
 @dataclass
@@ -29,8 +32,9 @@ class RewardOutput:
 class Reward:
     """Weighted sum of registered reward functions, sharing one Grader. Call with (completions, answers)."""
 
-    def __init__(self, name: str, weights: dict[str, float], grader: Grader):
+    def __init__(self, name: str, weights: dict[str, float], grader: Grader, settings: dict | None = None):
         self.name, self.weights, self.grader = name, weights, grader
+        self.settings = settings or {}  # reward name -> its own settings (a dataclass), passed as keywords
 
     def __call__(self, completions: list[str], answers: list[str]) -> RewardOutput:
         if len(completions) != len(answers):
@@ -50,7 +54,9 @@ class Reward:
         )
 
     def _term(self, name: str, completions: list[str], answers: list[str]) -> list[float]:
-        vals = [float(v) for v in REWARDS[name](completions, answers, grader=self.grader)]
+        own = self.settings.get(name)
+        kw = dataclasses.asdict(own) if own is not None else {}
+        vals = [float(v) for v in REWARDS[name](completions, answers, grader=self.grader, **kw)]
         if len(vals) != len(completions):
             raise ValueError(
                 f"reward {name!r} returned {len(vals)} values for {len(completions)} completions"
@@ -76,4 +82,5 @@ def build_reward(reward) -> Reward:
         batch_timeout_s=reward.batch_timeout_s or None,
     )
     weights = {str(k): float(v) for k, v in reward.weights.items()}
-    return Reward(reward.name, weights, grader.start())
+    own = {n: reward.sections[n] for n in weights if n in reward.sections}
+    return Reward(reward.name, weights, grader.start(), own)

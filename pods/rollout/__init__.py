@@ -16,6 +16,7 @@ from pods.rollout.backend import (
     backend_class,
     build_generator,
     check_backend,
+    check_generate_signature,
     register_backend,
 )
 from pods.rollout.hf import HFGenerator, use_compiled
@@ -31,6 +32,7 @@ __all__ = [
     "backend_class",
     "build_generator",
     "check_backend",
+    "check_generate_signature",
     "register_backend",
     "use_compiled",
 ]

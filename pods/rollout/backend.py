@@ -39,7 +39,10 @@ class RolloutSettings:
 
 @runtime_checkable
 class Generator(Protocol):
-    """What the loop and eval use of a rollout backend."""
+    """What the loop (pods/rollout/collect.py) and eval (pods/eval.py) use of a rollout backend: the one
+    statement of the interface. `check_generate_signature` holds a backend's `generate` against it
+    (preflight, and pods.testing.check_backend), so a backend that drops an argument fails before the
+    model loads, not at the first eval."""
 
     pad_id: int  # the id completions are padded with
     eos_ids: list[int]  # ids that end a completion
@@ -54,13 +57,50 @@ class Generator(Protocol):
         top_p: float = 1.0,
         top_k: int = 0,
         add_special_tokens: bool = False,
+        batch_size: int | None = None,
     ) -> Rollouts:
-        """n completions per prompt, rows group-major: (P * n, ...) tensors in a Rollouts."""
+        """n completions per prompt, rows group-major: (P * n, ...) tensors in a Rollouts.
+
+        prompt_ids: (P,) dataset index of each prompt. temperature 0 = greedy; top_k 0 = off.
+        batch_size: sequences per generate call (eval passes eval.batch_size; None = the backend's own).
+        """
         ...
 
     def sync_weights(self, model) -> None:
         """Make the next generate() sample from `model`'s current weights (called after each update)."""
         ...
+
+
+def check_generate_signature(cls: type, name: str | None = None) -> None:
+    """Raise TypeError, naming the parameter, if `cls.generate` cannot be called the way the loop and eval
+    call `Generator.generate`: every parameter of the protocol, in order, with its default (or taken by
+    *args / **kwargs); any parameter of its own must have a default."""
+    import inspect
+
+    want = list(inspect.signature(Generator.generate).parameters.values())[1:]  # without self
+    fn = getattr(cls, "generate", None)
+    where = f"rollout.backend={name!r}: {cls.__name__}.generate" if name else f"{cls.__name__}.generate"
+    if fn is None:
+        raise TypeError(f"{where} is missing (see pods.rollout.backend.Generator)")
+    have = list(inspect.signature(fn).parameters.values())[1:]
+    var_pos = any(p.kind is p.VAR_POSITIONAL for p in have)
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in have)
+    named = [p for p in have if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY)]
+    for i, w in enumerate(want):
+        h = named[i] if i < len(named) else None
+        if h is None or h.kind is h.KEYWORD_ONLY:
+            if var_pos and var_kw:
+                continue  # a pass-through wrapper: generate(self, *args, **kwargs)
+            raise TypeError(f"{where} does not take {w.name!r} (see pods.rollout.backend.Generator)")
+        if h.name != w.name:
+            raise TypeError(
+                f"{where}: parameter {i + 1} is {h.name!r}, the Generator protocol's is {w.name!r}"
+            )
+        if w.default is not w.empty and h.default != w.default:
+            raise TypeError(f"{where}: {w.name} must default to {w.default!r} (the Generator protocol's)")
+    extra = [p.name for p in named[len(want) :] if p.default is p.empty]
+    if extra:
+        raise TypeError(f"{where}: {', '.join(extra)} not in the Generator protocol need defaults")
 
 
 class Backend:
@@ -88,9 +128,11 @@ class Backend:
 BACKENDS: Registry[type[Backend]] = Registry("rollout backend")
 
 
-def register_backend(name: str):
-    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it."""
-    return BACKENDS.register(name)
+def register_backend(name: str, settings: type | None = None):
+    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it.
+    `settings`: a dataclass of the backend's own knobs, set as `rollout.<name>.<knob>` and read in its hooks
+    as `settings.rollout.own()`."""
+    return BACKENDS.register(name, settings)
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -99,18 +141,20 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def check_backend(settings: RolloutSettings) -> type[Backend]:
-    """The config checks that depend on the backend (run in preflight, beside pods.config.validate, which
-    stays below the rollout stage): rollout.backend is registered, and it supports the hardware profile."""
+    """The config checks that depend on the backend (run by pods.components.resolve, which has checked that
+    rollout.backend is registered): its generate() takes what the loop and eval pass (the Generator
+    protocol), and it supports the hardware profile."""
     name = settings.rollout.backend
-    if name not in BACKENDS:
-        raise ConfigError(
-            f"rollout.backend={name!r} is not valid; allowed values: {', '.join(sorted(BACKENDS))}"
-        )
-    if settings.hardware.distributed == "fsdp" and not BACKENDS[name].supports_fsdp:
+    cls = backend_class(name)
+    try:
+        check_generate_signature(cls, name)
+    except TypeError as e:
+        raise ConfigError(str(e)) from None
+    if settings.hardware.distributed == "fsdp" and not cls.supports_fsdp:
         raise ConfigError(
             f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
         )
-    return BACKENDS[name]
+    return cls
 
 
 def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:

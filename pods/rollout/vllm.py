@@ -1,6 +1,6 @@
 """Rollouts with a colocated vLLM engine: the HF backend's prompts and `Rollouts` layout, vLLM's speed.
 
-The engine lives in the training process (on a GPU it takes `hardware.vllm_gpu_memory_utilization` of it;
+The engine lives in the training process (on a GPU it takes `rollout.vllm.gpu_memory_utilization` of it;
 on CPU, vLLM's CPU build, `VLLM_CPU_KVCACHE_SPACE` GiB of KV cache). After each optimizer step
 `sync_weights` pushes the new policy into it:
 
@@ -31,12 +31,13 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pods.batch import Rollouts, Sampling
-from pods.errors import ConfigError
+from pods.errors import ConfigError, interval
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.hf import completion_mask_from_eos, eos_ids_for
 
@@ -45,6 +46,23 @@ log = logging.getLogger("pods")
 TESTED_VLLM = ((0, 32), (0, 33))  # [low, high): the versions the real-engine tests ran against
 LORA_RANK_SLOTS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank (older: up to 256)
 WRAPPER_PREFIXES = ("module.", "_orig_mod.", "base_model.model.")  # DDP, torch.compile, peft
+
+
+@dataclass
+class VLLMSettings:
+    """The vLLM backend's own knobs, `rollout.vllm.*`."""
+
+    gpu_memory_utilization: float = 0.35  # share of the GPU the colocated engine may take (weights + KV)
+    sleep_mode: bool = False  # free the engine's GPU memory during the update
+
+    def check(self) -> None:
+        interval("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, "(]")
+
+
+def own_settings(settings: RolloutSettings) -> VLLMSettings:
+    """rollout.vllm's settings (typed by pods.components.resolve; the defaults if the section is unset)."""
+    own = settings.rollout.sections.get("vllm")
+    return own if isinstance(own, VLLMSettings) else VLLMSettings(**(own or {}))
 
 
 class EngineStartError(ConfigError):
@@ -128,7 +146,7 @@ def engine_kwargs(
     if device_type == "cpu":
         kw["enforce_eager"] = True  # no torch.compile at start-up (compiled mode not tried here)
     else:
-        kw["gpu_memory_utilization"] = hw.vllm_gpu_memory_utilization
+        kw["gpu_memory_utilization"] = own_settings(settings).gpu_memory_utilization
     if hw.lora:
         kw.update(enable_lora=True, max_lora_rank=lora_rank_slot(m.lora.r), max_loras=1)
     if hw.load_in_4bit:
@@ -285,7 +303,7 @@ def start_engine(llm_class, kwargs: dict):
         torch.set_num_threads(threads)
 
 
-@register_backend("vllm")
+@register_backend("vllm", settings=VLLMSettings)
 class VLLMGenerator(Backend):
     """The Generator interface (pods/rollout/backend.py) over a colocated vLLM engine."""
 
@@ -302,7 +320,7 @@ class VLLMGenerator(Backend):
 
     @staticmethod
     def card_share(settings: RolloutSettings) -> float:
-        return settings.hardware.vllm_gpu_memory_utilization  # the engine's weights and KV cache live there
+        return own_settings(settings).gpu_memory_utilization  # the engine's weights and KV cache live there
 
     def __init__(self, settings: RolloutSettings, model, tokenizer, device, sleep: bool | None = None):
         device = torch.device(device)
@@ -316,7 +334,7 @@ class VLLMGenerator(Backend):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.lora = settings.hardware.lora
         # sleep between rollouts frees vLLM's weights and KV cache for the update (needs enable_sleep_mode)
-        self.sleep = settings.rollout.vllm_sleep_mode if sleep is None else bool(sleep)
+        self.sleep = own_settings(settings).sleep_mode if sleep is None else bool(sleep)
         self.llm = start_engine(
             LLM, engine_kwargs(settings, int(os.environ.get("RANK", 0)), self.sleep, device.type)
         )

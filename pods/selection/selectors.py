@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from pods.registry import Registry
 
 SELECTORS: Registry = Registry("selector")
-register_selector = SELECTORS.register
+
+
+def register_selector(name: str, settings: type | None = None):
+    """Decorator: `@register_selector("name")` on `fn(rewards, m, generator, **settings)` makes
+    `selector.name=name` use it. `settings`: a dataclass of the selector's own knobs, set as
+    `selector.<name>.<knob>` and passed to fn as keyword arguments."""
+    return SELECTORS.register(name, settings)
 
 
 def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
@@ -109,9 +117,11 @@ def keep_all(rewards: torch.Tensor, m: int, generator: torch.Generator | None = 
 
 
 def downsample(
-    name: str, rewards: torch.Tensor, m: int, generator: torch.Generator | None = None
+    name: str, rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, settings=None
 ) -> torch.Tensor:
-    """Run the selector `name` and check its contract (shape, range, distinct indices).
+    """Run the selector `name` and check its contract (shape, range, distinct indices). `settings`: the
+    selector's own (the dataclass its registry entry declares, from `selector.<name>.*`), passed to it as
+    keyword arguments.
 
     Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
     non-finite or too-small batch.
@@ -119,7 +129,7 @@ def downsample(
     fn = SELECTORS.get_or_raise(name, "selector.name")
     if name != "none":
         check_rewards(rewards, m, name)
-    keep = fn(rewards, m, generator)
+    keep = fn(rewards, m, generator, **(dataclasses.asdict(settings) if settings is not None else {}))
     P, n = rewards.shape
     if keep.shape != (P, m):
         raise ValueError(f"selector {name!r} returned shape {tuple(keep.shape)}, expected {(P, m)}")

@@ -1,14 +1,12 @@
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from pods.config import PrefilterConfig
 from pods.filter import GresoFilter, NoFilter
-from pods.filter.greso import EASY, HARD, MIXED, group_outcome, keep_probability, zero_var_streak
+from pods.filter.greso import EASY, HARD, MIXED, GresoConfig, group_outcome, keep_probability, zero_var_streak
 
 
 def cfg(**kw):
-    return OmegaConf.merge(OmegaConf.structured(PrefilterConfig), kw)
+    return GresoConfig(**kw)
 
 
 def test_outcomes_and_streaks():

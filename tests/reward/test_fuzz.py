@@ -1,6 +1,6 @@
 """Fuzz: no input escapes with an exception or outlives timeout_s, and no payload runs.
 
-The corpus (pods/reward/fuzz.py; scripts/fuzz_rewards.py runs it at scale) holds power towers, huge factorials,
+The corpus (bench/fuzz.py; scripts/fuzz_rewards.py runs it at scale) holds power towers, huge factorials,
 10^6-digit numbers, brace nests, LaTeX repetition, Python payloads, NUL bytes, lone surrogates,
 1 MB lines and thousands of tags, in several wrappers, plus random token soups and honest answers.
 """
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.fuzz import GOLDS, SOUP, WRAPS, adversarial_corpus, fuzz_reward_fields
 from pods.config import RewardConfig
 from pods.reward import build_reward
-from pods.reward.fuzz import GOLDS, SOUP, WRAPS, adversarial_corpus, fuzz_reward_fields
 
 TIMEOUT_S = 0.2
 BOUND_S = TIMEOUT_S + 0.5  # kill, reap and a scheduler hiccup on a busy 2-core machine

@@ -22,6 +22,7 @@ from pods.config import ConfigError, HardwareConfig, LoraConfig, ModelConfig, Ro
 from pods.rollout import RolloutSettings
 from pods.rollout.vllm import (
     VLLMGenerator,
+    VLLMSettings,
     engine_kwargs,
     engine_weight_name,
     engine_weights,
@@ -152,10 +153,9 @@ def vllm_cfg(**hardware):
     model = ModelConfig(
         name="tiny", path="/models/tiny", max_prompt_len=16, max_completion_len=8, lora=LoraConfig(r=48)
     )
-    hw = HardwareConfig(
-        **{"name": "gpu", "dtype": "bfloat16", "vllm_gpu_memory_utilization": 0.4, **hardware}
-    )
-    return RolloutSettings(RolloutConfig(backend="vllm", batch_size=512), model, hw, seed=7)
+    hw = HardwareConfig(**{"name": "gpu", "dtype": "bfloat16", **hardware})
+    own = {"vllm": VLLMSettings(gpu_memory_utilization=0.4)}
+    return RolloutSettings(RolloutConfig(backend="vllm", batch_size=512, sections=own), model, hw, seed=7)
 
 
 # --- preflight and pure mappings ------------------------------------------------------------------

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 18 on one H100: the paper's 3B LoRA shape, decode against the bandwidth limit, PODS/GRPO step ratios.
-#   bash scripts/device/perf3b.sh 1   # 3B LoRA pods GRPO 16/16 + PODS 64/16; decode 3B and 0.5B
-#   bash scripts/device/perf3b.sh 2   # 3B again with the deferred stop check; its token test on the GPU;
+#   bash results/issue18_h100/perf3b.sh 1   # 3B LoRA pods GRPO 16/16 + PODS 64/16; decode 3B and 0.5B
+#   bash results/issue18_h100/perf3b.sh 2   # 3B again with the deferred stop check; its token test on the GPU;
 #                                     # 0.5B full FT and LoRA GRPO 16/16 vs PODS 64/16
-#   bash scripts/device/perf3b.sh 3   # after the merges, at the shipped defaults (one cache size): 3B LoRA
+#   bash results/issue18_h100/perf3b.sh 3   # after the merges, at the shipped defaults (one cache size): 3B LoRA
 #                                     # again, then 0.5B LoRA and full FT GRPO 16/16 vs PODS 64/16 with room
 # Each job runs under its own timeout; results: $OUT/perf<stage>.tgz, a short table last.
 set -o pipefail

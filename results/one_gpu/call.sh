@@ -17,5 +17,5 @@ for v in "none 16 16" "max_variance 64 16"; do set -- $v
     eval.every_steps=0 checkpoint.save_final=false hydra.run.dir=$R/h_$1 > $R/h_$1.log 2>&1
   echo "h_$1 rc=$?"
 done
-python3 scripts/device/summarize_fastpath.py $R | tee $R/summary.md
+python3 results/fastpath_call/summarize.py $R | tee $R/summary.md
 tar czf ${OUT:-/tmp}/one_gpu.tgz --exclude=checkpoints -C /tmp one_gpu

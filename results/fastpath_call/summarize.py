@@ -1,4 +1,4 @@
-"""Print the fast-path call's results as one short Markdown summary (see scripts/device/fastpath.sh)."""
+"""Print the fast-path call's results as one short Markdown summary (see results/fastpath_call/call.sh)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 #   GPU2: bench_trl, Qwen2.5-3B shape, LoRA r=64 (the paper's single-GPU setting)
 #   GPU3: headline policy build, bench_update, 10.7M policy GRPO 16/16 vs PODS 64/16 on chain sums,
 #         bench_decode (0.5B shape, batch 16/64/256)
-# Run from the repo root on the lent machine:  bash scripts/device/fastpath.sh   (results: $OUT/fastpath.tgz)
+# Run from the repo root on the lent machine:  bash results/fastpath_call/call.sh   (results: $OUT/fastpath.tgz)
 set -o pipefail
 source scripts/device/setup.sh || exit 1
 export OMP_NUM_THREADS=4
@@ -30,6 +30,6 @@ for hw in multi_gpu fsdp; do
     dataset=arithmetic_local max_steps=40 eval.every_steps=20 hydra.run.dir=$R/$hw
 done
 wait
-python3 scripts/device/summarize_fastpath.py $R | tee $R/summary.md
+python3 results/fastpath_call/summarize.py $R | tee $R/summary.md
 tar czf ${OUT:-/tmp}/fastpath.tgz --exclude='checkpoints' -C /tmp fastpath
 cp $R/summary.md ${OUT:-/tmp}/ 2>/dev/null; cat $R/status

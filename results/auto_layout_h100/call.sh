@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hardware=auto on one GPU (the default profile): the run settles the update's layout as the GPU profiles set it
 # (width_bucket 16, fused_logprobs, row_bucket 8 for a full fine-tune) and trains. 20 steps of the tiny policy.
-# Sent as `bash scripts/device/auto_layout_check.sh` with carry [".whl"]; output under $OUT.
+# Sent as `bash results/auto_layout_h100/call.sh` with carry [".whl"]; output under $OUT.
 set -o pipefail
 source scripts/device/setup.sh || exit 1
 O=${OUT:-/tmp/autoout}; mkdir -p $O

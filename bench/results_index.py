@@ -8,6 +8,8 @@ An entry is one table row with a `path`, a `commit` and a `status` column (and o
   imports too). A run of pods.train depends on conf/ as well.
 - It is *stale* when `git diff --name-only <commit> HEAD` names a file of its code that changed as code:
   a Python file's syntax tree without docstrings (comments and formatting do not count), other files' text.
+  A file git sees as moved (`git diff -M`) is compared with its old self, and an import of a moved module
+  under its new name is the same import: a move is not a change of code.
 An entry whose status says current but is stale, or whose files are gone, is a problem:
 `scripts/check_results_index.py` lists it and exits 1.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 
 HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
 TICKED = re.compile(r"`([^`]+)`")
-ENTRY = re.compile(r"(scripts/[\w/.-]+\.(?:py|sh))|-m\s+([\w.]+)")
+ENTRY = re.compile(r"((?:scripts|results)/[\w/.-]+\.(?:py|sh))|-m\s+([\w.]+)")
 
 
 @dataclass
@@ -158,7 +160,9 @@ def check(index: Path, repo: Path, head: str = "HEAD") -> list[Entry]:
     for e in entries:
         e.missing = [f for f in e.files if not any(repo.glob(f))]  # a name may be a glob (`x.*`)
         e.missing += [
-            p for p in re.findall(r"scripts/[\w/.-]+\.(?:py|sh)", e.command) if not (repo / p).exists()
+            p
+            for p in re.findall(r"(?:scripts|results)/[\w/.-]+\.(?:py|sh)", e.command)
+            if not (repo / p).exists()
         ]
         known = [h for h in HASH.findall(e.commit_cell) if _is_commit(repo, h)]
         if known:
@@ -170,28 +174,61 @@ def check(index: Path, repo: Path, head: str = "HEAD") -> list[Entry]:
             diff = git(repo, "diff", "--name-only", e.commit, head).split()
             conf = "pods/train.py" in e.code
             touched = [f for f in diff if f in e.code or (conf and f.startswith("conf/"))]
-            e.changed = sorted(f for f in touched if _code_changed(repo, f, e.commit, head))
+            moved = renames(repo, e.commit, head)
+            e.changed = sorted(f for f in touched if _code_changed(repo, f, e.commit, head, moved))
     return entries
 
 
-def _code_changed(repo: Path, path: str, old: str, new: str) -> bool:
+def renames(repo: Path, old: str, new: str) -> dict[str, str]:
+    """New path -> old path of each file git sees as moved between two commits."""
+    out = {}
+    for line in git(repo, "diff", "-M", "--name-status", old, new).splitlines():
+        status, *paths = line.split("\t")
+        if status.startswith("R"):
+            out[paths[1]] = paths[0]
+    return out
+
+
+def module_name(path: str) -> str:
+    """The dotted module of a repository file.
+
+    >>> module_name("pods/bench.py"), module_name("pods/reward/__init__.py")
+    ('pods.bench', 'pods.reward')
+    """
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def _code_changed(repo: Path, path: str, old: str, new: str, moved: dict[str, str] | None = None) -> bool:
     """Whether `path` differs between two commits as code: Python by its syntax tree without docstrings
-    (comments and formatting do not count), anything else by its text."""
+    (comments and formatting do not count), anything else by its text. `moved` (new -> old path): a moved
+    file is read at its old path, and imports of moved modules by their old names count as the new ones."""
+    moved = moved or {}
     texts = []
-    for rev in (old, new):
-        done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, text=True)
+    for rev, p in ((old, moved.get(path, path)), (new, path)):
+        done = subprocess.run(["git", "show", f"{rev}:{p}"], cwd=repo, capture_output=True, text=True)
         texts.append(done.stdout if done.returncode == 0 else None)  # None: absent at that commit
+    if (
+        path.endswith(".py") and None in texts
+    ):  # added or deleted: code only if it holds more than a docstring
+        texts = [t if t is not None else "" for t in texts]
     if None in texts or not path.endswith(".py"):
         return texts[0] != texts[1]
+    modules = {module_name(o): module_name(n) for n, o in moved.items() if n.endswith(".py")}
     try:
-        return _bare_ast(texts[0]) != _bare_ast(texts[1])
+        return _bare_ast(texts[0], modules) != _bare_ast(texts[1])
     except SyntaxError:
         return texts[0] != texts[1]
 
 
-def _bare_ast(source: str) -> str:
+def _bare_ast(source: str, modules: dict[str, str] | None = None) -> str:
+    """The syntax tree without docstrings; imports of `modules` (old name -> new name) renamed."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
+        if modules and isinstance(node, ast.ImportFrom) and node.module in modules:
+            node.module = modules[node.module]
+        if modules and isinstance(node, ast.Import):
+            for a in node.names:
+                a.name = modules.get(a.name, a.name)
         body = getattr(node, "body", None)
         first = body[0] if isinstance(body, list) and body else None
         if (
@@ -199,7 +236,7 @@ def _bare_ast(source: str) -> str:
             and isinstance(first.value, ast.Constant)
             and isinstance(first.value.value, str)
         ):
-            node.body = body[1:] or [ast.Pass()]
+            node.body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
     return ast.dump(tree)
 
 

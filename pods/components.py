@@ -1,0 +1,98 @@
+"""The one place where the config's component names meet the registries, before the model loads.
+
+pods.config checks fields and stays below every stage; this module loads the four registries (with any
+`plugins:` already imported), and for each group
+
+    selector.name    prefilter.name    reward.weights.<name>    rollout.backend
+
+checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
+checks the own settings of each chosen component and of each section the config holds (its registry entry's
+dataclass, from the section named after it: `prefilter.greso.p_init`), refuses a section that names no
+component of the group (a typo), and runs the backend's own checks (FSDP support, generate()'s signature).
+`checked(cfg)` is validate + resolve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
+from pods.registry import Registry
+
+KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "reward.weights",
+        "rollout": "rollout.backend"}  # fmt: skip
+
+
+def registries() -> dict[str, Registry]:
+    """Group -> the registry its names are looked up in (importing the stage packages registers pods' own)."""
+    from pods.filter import PREFILTERS
+    from pods.reward import REWARDS
+    from pods.rollout import BACKENDS
+    from pods.selection import SELECTORS
+
+    return {"selector": SELECTORS, "prefilter": PREFILTERS, "reward": REWARDS, "rollout": BACKENDS}
+
+
+def chosen(c: TrainConfig, group: str) -> list[str]:
+    """The component names that group `group` of `c` picks."""
+    if group == "reward":
+        return list(c.reward.weights)
+    return [c.rollout.backend if group == "rollout" else getattr(c, group).name]
+
+
+def typed_settings(cls: type, raw: Any, key: str) -> Any:
+    """`raw` (a dict, or an instance already) as a `cls`, its own check() run; one ConfigError line naming
+    the key otherwise."""
+    if isinstance(raw, cls):
+        obj = raw
+    else:
+        try:
+            obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), raw or {}))
+        except OmegaConfBaseException as e:
+            field = f"{key}.{e.key}" if getattr(e, "key", None) else key
+            fields = ", ".join(f.name for f in dataclasses.fields(cls))
+            raise ConfigError(f"{field}: {e.msg.splitlines()[0]} (settings of {key}: {fields})") from None
+    if hasattr(obj, "check"):
+        obj.check()
+    return obj
+
+
+def resolve(c: TrainConfig) -> TrainConfig:
+    """Check the component names and type their settings in place (see the module docstring)."""
+    for group, reg in registries().items():
+        node, key = getattr(c, group), KEYS[group]
+        for name in chosen(c, group):
+            if name not in reg:
+                where = f"{key}.{name}" if group == "reward" else f"{key}={name!r}"
+                raise ConfigError(
+                    f"{where} is not valid; allowed values: {', '.join(sorted(reg))} (a plugin's {reg.kind}: "
+                    "name its module in plugins=[...])"
+                )
+        for name in node.sections:
+            if name not in reg:
+                raise ConfigError(
+                    f"{group}.{name} is neither a setting of {group} nor the section of a registered {reg.kind} "
+                    f"({', '.join(sorted(reg))})"
+                )
+            if name not in reg.settings:
+                raise ConfigError(f"{group}.{name}: {reg.kind} {name!r} declares no settings of its own")
+        for name in [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]:
+            node.sections[name] = typed_settings(
+                reg.settings[name], node.sections.get(name), f"{group}.{name}"
+            )
+    from pods.rollout import RolloutSettings, check_backend
+
+    check_backend(RolloutSettings.from_config(c))  # FSDP support, generate()'s signature
+    return c
+
+
+def checked(cfg: Any) -> TrainConfig:
+    """The composed config typed and fully checked: fields (pods.config.validate), then components."""
+    return resolve(validate(cfg))
+
+
+__all__ = ["OPEN_GROUPS", "checked", "registries", "resolve"]

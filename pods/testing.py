@@ -1,0 +1,146 @@
+"""Conformance checks for a component of your own: run one in your tests before you run it in training.
+
+    from pods.testing import check_selector
+    check_selector("min_reward")          # or the function itself
+
+Each check exercises the contract the loop relies on and raises AssertionError saying what broke:
+
+    check_selector(fn)        (P, m) distinct in-range indices, input untouched, same output under a seed
+    check_reward(fn)          one finite float per completion, deterministic, [] for no completions
+    check_prefilter(cls)      keep/observe/end_step/metrics in order; a state round trip decides alike
+    check_backend(cls, ...)   the Generator signature, then a Rollouts of the right layout, greedy and
+                              seeded sampling reproducible, batch_size honoured, sync_weights callable
+
+pods' own components pass them (tests/test_testing.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import torch
+
+from pods.batch import Rollouts
+
+
+def _fn(registry, name_or_fn):
+    return registry.get_or_raise(name_or_fn) if isinstance(name_or_fn, str) else name_or_fn
+
+
+def check_selector(
+    selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0, settings=None
+) -> None:
+    """`selector(rewards (P, n), m, generator) -> (P, m)`: on continuous, binary, tied and constant rewards,
+    the indices are a long tensor of shape (P, m), in [0, n), distinct in each row; the rewards are not
+    modified; two calls with generators of the same seed agree. Pass m=n for a keep-all selector, and
+    `settings` (its registry entry's dataclass) for a selector with knobs."""
+    from pods.selection import SELECTORS
+
+    fn = _fn(SELECTORS, selector)
+    g = torch.Generator().manual_seed(seed)
+    cases = {
+        "continuous": torch.rand(P, n, generator=g),
+        "binary": (torch.rand(P, n, generator=g) > 0.5).float(),
+        "constant": torch.full((P, n), 0.5),
+        "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
+    }
+    for case, rewards in cases.items():
+        before = rewards.clone()
+        kw = dataclasses.asdict(settings) if settings is not None else {}
+        outs = [fn(rewards, m, torch.Generator().manual_seed(seed), **kw) for _ in range(2)]
+        keep = outs[0]
+        where = f"selector on {case} rewards"
+        assert isinstance(keep, torch.Tensor), f"{where}: returned {type(keep).__name__}, not a tensor"
+        assert tuple(keep.shape) == (P, m), f"{where}: shape {tuple(keep.shape)}, expected {(P, m)}"
+        assert not keep.is_floating_point(), f"{where}: dtype {keep.dtype}; indices are integers"
+        assert bool((keep >= 0).all() and (keep < n).all()), f"{where}: an index outside [0, {n})"
+        assert bool((keep.sort(1).values.diff(dim=1) != 0).all()), f"{where}: an index repeated in a row"
+        assert torch.equal(rewards, before), f"{where}: the rewards were modified in place"
+        assert torch.equal(outs[0], outs[1]), f"{where}: two calls under the same seed disagree"
+
+
+def check_reward(reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None,
+                 **kw) -> None:  # fmt: skip
+    """`reward(completions, answers, **kw) -> list[float]`: one finite float per completion, the same on a
+    second call, and [] for no completions. `kw` is what the run passes (`grader=`), if it needs it."""
+    from pods.reward import REWARDS
+
+    fn = _fn(REWARDS, reward)
+    completions = completions or [
+        "<think>7 + 5</think>\n<answer>12</answer>", "<answer>13</answer>", "12", "", "\\boxed{12}", "x" * 5000,
+    ]  # fmt: skip
+    answers = answers or ["12"] * len(completions)
+    out = [list(fn(completions, answers, **kw)) for _ in range(2)]
+    assert len(out[0]) == len(completions), f"reward: {len(out[0])} values for {len(completions)} completions"
+    bad = [v for v in out[0] if not isinstance(v, (int, float)) or not math.isfinite(float(v))]
+    assert not bad, f"reward: values that are not finite numbers: {bad[:3]}"
+    assert out[0] == out[1], "reward: two calls on the same completions disagree"
+    assert list(fn([], [], **kw)) == [], "reward: no completions must give []"
+
+
+def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4,
+                    epochs: int = 3) -> None:  # fmt: skip
+    """A prefilter built as `cls(settings, seed)`: keep() gives one bool per prompt, observe/end_step/metrics
+    run in the loop's order over a few epochs, metrics are numbers named `filter/...`, and a filter loaded
+    from another's state_dict() (built with another seed) makes the same decisions from there on."""
+    from pods.filter import PREFILTERS
+
+    cls = _fn(PREFILTERS, prefilter)
+    ids = list(range(prompts))
+    g = torch.Generator().manual_seed(seed)
+    a = cls(settings, seed)
+    for epoch in range(epochs):
+        kept = a.keep(ids, epoch)
+        assert len(kept) == len(ids), f"prefilter: keep() gave {len(kept)} decisions for {len(ids)} prompts"
+        assert all(isinstance(k, bool) for k in kept), "prefilter: keep() must give bools"
+        rolled = [p for p, k in zip(ids, kept) if k]
+        correct = (torch.rand(len(rolled), n, generator=g) > 0.5).float()
+        correct[: len(rolled) // 2] = float(epoch % 2)  # some zero-variance groups, easy or hard
+        a.observe(rolled, epoch, correct)
+        a.end_step(epoch)
+        metrics = a.metrics()
+        assert isinstance(metrics, dict), "prefilter: metrics() must give a dict"
+        for k, v in metrics.items():
+            assert k.startswith("filter/"), f"prefilter: metric {k!r} is not named filter/..."
+            assert isinstance(v, (int, float)) and math.isfinite(v), f"prefilter: metric {k}={v!r}"
+    b = cls(settings, seed + 1)
+    b.load_state_dict(a.state_dict())
+    assert a.keep(ids, epochs) == b.keep(ids, epochs), "prefilter: a state round trip decides differently"
+
+
+def check_backend(backend: str | type, settings, model, tokenizer, device="cpu", n: int = 3) -> None:
+    """A rollout backend: `generate`'s signature is the Generator protocol's; from_config builds a
+    Generator; generate() gives a Rollouts of P * n group-major rows (prompt block left-padded, completion
+    mask within the attention mask, texts and prompt ids kept); greedy decoding and seeded sampling repeat;
+    a small batch_size gives the same greedy completions; sync_weights(model) runs."""
+    from pods.rollout import BACKENDS, Generator
+    from pods.rollout.backend import check_generate_signature
+
+    cls = _fn(BACKENDS, backend)
+    check_generate_signature(cls)
+    gen = cls.from_config(settings, model, tokenizer, torch.device(device))
+    assert isinstance(gen, Generator), f"backend: {type(gen).__name__} lacks part of the Generator protocol"
+    prompts, pids = ["12 + 7 =\n", "3 - 45 + 8 =\n"], [5, 9]
+
+    def run(temperature: float, **kw) -> Rollouts:
+        torch.manual_seed(0)
+        return gen.generate(prompts, pids, n, temperature, **kw)
+
+    r = run(0.0)
+    rows = len(prompts) * n
+    assert isinstance(r, Rollouts), f"backend: generate() returned {type(r).__name__}, not a Rollouts"
+    assert r.prompt_ids == pids and r.group_size == n, "backend: prompt_ids or group_size not kept"
+    assert len(r.texts) == rows, f"backend: {len(r.texts)} texts for {rows} rows"
+    width = r.prompt_len + r.completion_mask.shape[1]
+    for name in ("input_ids", "attention_mask"):
+        shape = tuple(getattr(r, name).shape)
+        assert shape == (rows, width), f"backend: {name} has shape {shape}, expected {(rows, width)}"
+    completion_am = r.attention_mask[:, r.prompt_len :]
+    assert bool((r.completion_mask <= completion_am).all()), "backend: completion_mask outside attention"
+    assert bool(r.attention_mask[:, r.prompt_len - 1].all()), "backend: prompts must be left-padded"
+    assert run(0.0).texts == r.texts, "backend: greedy decoding differs between two calls"
+    assert run(0.0, batch_size=2).texts == r.texts, "backend: batch_size=2 changes greedy completions"
+    assert run(1.0).texts == run(1.0).texts, "backend: sampling under the same torch seed differs"
+    gen.sync_weights(model)

@@ -1,0 +1,114 @@
+"""pods.components: the one place where component names meet the registries, and where a component's own
+settings (its registry entry's dataclass) are typed and checked; pods.config stays below every stage."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from pods.components import checked
+from pods.config import ConfigError, as_container
+from pods.selection import SELECTORS, register_selector
+from pods.testing import check_selector
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class TopSettings:
+    highest: bool = True  # keep the m highest rewards, else the m lowest
+    k: int = 1
+
+    def check(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"selector.test_top.k={self.k} must be >= 1")
+
+
+def top(rewards, m, generator=None, highest=True, k=1):
+    order = torch.argsort(-rewards if highest else rewards, dim=1, stable=True)
+    return order[:, :m].sort(dim=1).values
+
+
+@pytest.fixture
+def with_top():
+    register_selector("test_top", settings=TopSettings)(top)
+    yield
+    del SELECTORS["test_top"], SELECTORS.settings["test_top"]
+
+
+def test_a_component_s_settings_come_from_its_section_typed(make_cfg, with_top):
+    c = checked(make_cfg("selector.name=test_top", "selector.test_top.highest=false"))
+    assert c.selector.own() == TopSettings(highest=False)
+    assert as_container(c)["selector"]["test_top"] == {"highest": False, "k": 1}  # saved as it was written
+    check_selector(top, settings=c.selector.own())
+
+
+def test_a_chosen_component_without_a_section_gets_its_defaults(make_cfg, with_top):
+    assert checked(make_cfg("selector.name=test_top")).selector.own() == TopSettings()
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("selector.test_top.k=0", "selector.test_top.k=0 must be >= 1"),
+        ("selector.test_top.kk=2", "selector.test_top.kk: Key 'kk' not in 'TopSettings'"),
+        (
+            "selector.test_top.k=many",
+            "selector.test_top.k: Value 'many' of type 'str' could not be converted",
+        ),
+        ("selector.tset_top.k=2", "selector.tset_top is neither a setting of selector nor the section of"),
+        ("selector.random.k=2", "selector 'random' declares no settings of its own"),
+    ],
+)
+def test_a_bad_section_is_one_line_naming_the_key(make_cfg, with_top, override, message):
+    with pytest.raises(ConfigError) as e:
+        checked(make_cfg("selector.name=test_top", override))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_unknown_name_lists_the_registered_ones_and_says_plugins(make_cfg):
+    with pytest.raises(
+        ConfigError, match=r"allowed values: max_reward, max_variance, none, random .*plugins="
+    ):
+        checked(make_cfg("selector.name=nope"))
+
+
+def test_config_imports_no_stage():
+    """pods/config.py is the bottom layer: it imports no stage, not even inside a function."""
+    tree = ast.parse((ROOT / "pods" / "config.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    pods_modules = sorted(m for m in imported if m and m.startswith("pods"))
+    assert pods_modules == ["pods.errors", "pods.naming"], pods_modules
+    code = "import sys, pods.config; print(sorted(m for m in sys.modules if m.startswith('pods.')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert eval(out.stdout) == ["pods.config", "pods.errors"]
+
+
+@dataclass
+class CapSettings:
+    cap: int = 10
+
+
+def test_a_reward_gets_its_settings_as_keywords(make_cfg):
+    from pods.reward import REWARDS, build_reward, register_reward
+
+    register_reward("test_capped", settings=CapSettings)(
+        lambda completions, answers, cap=10, **kw: [min(len(c), cap) / cap for c in completions]
+    )
+    try:
+        c = checked(make_cfg("+reward.weights.test_capped=1.0", "reward.test_capped.cap=4"))
+        r = build_reward(c.reward)
+        try:
+            assert r(["abcdefgh", "ab"], ["1", "1"]).terms["test_capped"] == [1.0, 0.5]
+        finally:
+            r.close()
+    finally:
+        del REWARDS["test_capped"], REWARDS.settings["test_capped"]

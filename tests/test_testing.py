@@ -1,0 +1,118 @@
+"""pods.testing's conformance checks: pods' own selectors, rewards, prefilters and backends pass them, and
+each check catches the break it names (the bug class of a backend without `batch_size` included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.config import ConfigError, settings
+from pods.filter import NoFilter
+from pods.filter.greso import GresoConfig
+from pods.reward import Grader
+from pods.rollout import BACKENDS, Backend, HFGenerator, RolloutSettings, check_backend, register_backend
+from pods.rollout.backend import check_generate_signature
+from pods.testing import check_backend as conforms_backend
+from pods.testing import check_prefilter, check_reward, check_selector
+
+TINY = Path(__file__).resolve().parents[1] / "pods" / "assets" / "tiny"
+
+
+@pytest.mark.parametrize("name", ["max_variance", "max_reward", "random"])
+def test_the_shipped_selectors_conform(name):
+    check_selector(name)
+
+
+def test_the_keep_all_selector_conforms_with_m_equal_n():
+    check_selector("none", n=8, m=8)
+
+
+def test_check_selector_catches_repeated_indices():
+    with pytest.raises(AssertionError, match="repeated"):
+        check_selector(lambda rewards, m, generator=None: torch.zeros(rewards.shape[0], m, dtype=torch.long))
+
+
+def test_check_selector_catches_an_unseeded_draw():
+    with pytest.raises(AssertionError, match="same seed"):
+        check_selector(lambda r, m, generator=None: torch.rand(r.shape).argsort(1)[:, :m])
+
+
+def test_the_shipped_rewards_conform():
+    check_reward("format")
+    grader = Grader(workers=1).start()
+    try:
+        check_reward("accuracy", grader=grader)
+    finally:
+        grader.close()
+
+
+def test_check_reward_catches_a_short_answer():
+    with pytest.raises(AssertionError, match="values for"):
+        check_reward(lambda completions, answers, **kw: [0.0])
+
+
+@pytest.mark.parametrize("name, settings_", [("none", None), ("greso", GresoConfig())])
+def test_the_shipped_prefilters_conform(name, settings_):
+    check_prefilter(name, settings_)
+
+
+def test_check_prefilter_catches_state_that_does_not_round_trip():
+    class Forgetful(NoFilter):
+        def __init__(self, cfg=None, seed=0):
+            self.rng = torch.Generator().manual_seed(seed)
+
+        def keep(self, prompt_ids, epoch):
+            return [bool(torch.rand(1, generator=self.rng) < 0.5) for _ in prompt_ids]
+
+    with pytest.raises(AssertionError, match="round trip"):
+        check_prefilter(Forgetful)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_every_registered_backend_has_the_protocol_s_generate_signature(name):
+    check_generate_signature(BACKENDS[name], name)
+
+
+def test_the_hf_backend_conforms(make_cfg):
+    tok = AutoTokenizer.from_pretrained(TINY)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+    s = RolloutSettings.from_config(settings(make_cfg("hardware=cpu", "model.max_completion_len=12")))
+    conforms_backend("hf", s, model, tok)
+
+
+class NoBatchSize(HFGenerator):  # the bug of issue "extension contracts": eval passes batch_size
+    def generate(self, prompts, prompt_ids, n, temperature, top_p=1.0, top_k=0, add_special_tokens=False):
+        return super().generate(prompts, prompt_ids, n, temperature, top_p, top_k, add_special_tokens)
+
+
+class Renamed(Backend):
+    def generate(
+        self, prompts, ids, n, temperature, top_p=1.0, top_k=0, add_special_tokens=False, batch_size=None
+    ):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    "cls, message",
+    [
+        (NoBatchSize, "does not take 'batch_size'"),
+        (Renamed, "parameter 2 is 'ids', the Generator protocol's is 'prompt_ids'"),
+    ],
+)
+def test_a_generate_signature_off_the_protocol_is_named(cls, message):
+    with pytest.raises(TypeError, match=message):
+        check_generate_signature(cls)
+
+
+def test_preflight_refuses_a_backend_whose_generate_misses_an_argument(make_cfg):
+    register_backend("test_no_batch_size")(NoBatchSize)
+    try:
+        s = RolloutSettings.from_config(settings(make_cfg("rollout.backend=test_no_batch_size")))
+        with pytest.raises(ConfigError, match="test_no_batch_size.*does not take 'batch_size'"):
+            check_backend(s)
+    finally:
+        del BACKENDS["test_no_batch_size"]
