@@ -109,8 +109,19 @@ class Grader:
         return self.score_batch([completion], [gold])[0]
 
     def score_batch(self, completions: list, golds: list) -> list[float]:
-        """One 0/1 score per completion. Never raises; n_timeouts / n_errors count completions."""
-        verdicts = [self._local(c, g) for c, g in zip(completions, golds, strict=True)]
+        """One 0/1 score per completion. Never raises; n_timeouts / n_errors count completions.
+        Identical (completion, gold) pairs are decided once: n samples of one prompt repeat a lot (PODS
+        grades 64 per prompt, and parsing exact numbers is most of a grade's cost)."""
+        seen: dict[tuple[str, str], str | tuple[str, str]] = {}
+        verdicts = []
+        for c, g in zip(completions, golds, strict=True):
+            if not (isinstance(c, str) and isinstance(g, str)):
+                verdicts.append(self._local(c, g))  # "error", never cached
+                continue
+            v = seen.get((c, g))
+            if v is None:
+                v = seen[(c, g)] = self._local(c, g)
+            verdicts.append(v)
         pending: dict[tuple[str, str], list[int]] = {}
         for i, v in enumerate(verdicts):
             if isinstance(v, tuple):

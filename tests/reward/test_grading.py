@@ -285,3 +285,21 @@ def test_default_workers_share_cpus_between_local_ranks(monkeypatch):
     assert default_workers() == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
     assert default_workers() == 2  # at least two: a killed worker's replacement boots while one works
+
+
+def test_identical_pairs_are_decided_once_in_the_parent(grader, monkeypatch):
+    """64 samples of a prompt repeat: each distinct (completion, gold) is parsed once, and every copy gets the
+    same verdict as grading it alone; non-strings still count as errors each."""
+    import pods.reward.grading as grading
+
+    calls = []
+    real = grading.parse_number
+    monkeypatch.setattr(grading, "parse_number", lambda s: calls.append(s) or real(s))
+    comps = ["<answer>7</answer>", "<answer>8</answer>"] * 32 + ["<answer>7.0</answer>", None]
+    golds = ["7"] * 65 + ["7"]
+    before = grader.n_errors
+    got = grader.score_batch(comps, golds)
+    assert len(calls) == 2 * 3  # three distinct string pairs, two numbers each
+    assert grader.n_errors - before == 1
+    assert got == [1.0, 0.0] * 32 + [1.0, 0.0]
+    assert got == [grader.score(c, g) if c is not None else 0.0 for c, g in zip(comps, golds)]
