@@ -62,7 +62,8 @@ def typed_settings(cls: type, raw: Any, key: str) -> Any:
 
 
 def resolve(c: TrainConfig) -> TrainConfig:
-    """Check the component names and type their settings in place (see the module docstring)."""
+    """Check the component names and type their settings (see the module docstring); returns the settings
+    with each group's sections typed (the groups are frozen: new ones replace them)."""
     for group, reg in registries().items():
         node, key = getattr(c, group), KEYS[group]
         for name in chosen(c, group):
@@ -80,10 +81,9 @@ def resolve(c: TrainConfig) -> TrainConfig:
                 )
             if name not in reg.settings:
                 raise ConfigError(f"{group}.{name}: {reg.kind} {name!r} declares no settings of its own")
-        for name in [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]:
-            node.sections[name] = typed_settings(
-                reg.settings[name], node.sections.get(name), f"{group}.{name}"
-            )
+        names = [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]
+        sections = {n: typed_settings(reg.settings[n], node.sections.get(n), f"{group}.{n}") for n in names}
+        c = dataclasses.replace(c, **{group: dataclasses.replace(node, sections=sections)})
     from pods.rollout import RolloutSettings, check_backend
 
     check_backend(RolloutSettings.from_config(c))  # FSDP support, generate()'s signature

@@ -4,7 +4,9 @@ Hydra composes conf/train.yaml on top of `TrainConfig` (registered below as `pod
 that is not in the schema or a value of the wrong type fails at compose time. `validate(cfg)` then turns
 the composed config into these dataclasses (`settings(cfg)`), runs each group's `check()` and the few
 checks that relate two groups (`TrainConfig.check`), and raises `ConfigError` with one line naming the key,
-the bad value and what is allowed. Stages get their group's dataclass, not the whole config.
+the bad value and what is allowed. Stages get their group's dataclass, not the whole config. Every group is
+frozen: what is settled after the checks (hardware=auto, pods.memory.settle_hardware; a component's typed
+settings, pods.components.resolve) makes a new TrainConfig with dataclasses.replace.
 
 Each default is stated once, here, beside its comment; the YAML options set only what differs.
 The training loop's stages, in order, and their groups:
@@ -25,7 +27,7 @@ from pods.errors import ConfigError, at_least, choice, interval, number, positiv
 __all__ = ["ConfigError", "TrainConfig", "register_schema", "settings", "validate"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraConfig:
     r: int = 64  # LoRA rank (the paper: 64)
     alpha: int = 64  # LoRA alpha (the paper: 64)
@@ -42,7 +44,7 @@ class LoraConfig:
             raise ConfigError("model.lora.targets is empty; name the modules to adapt (q_proj, ...)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecipeConfig:
     """Settings that depend on the model; the stages read them by interpolation (optim.lr: ${model.recipe.lr},
     ...). A model preset sets its recipe; an experiment, a scale or key=value sets the stage's own key and wins.
@@ -62,7 +64,7 @@ class RecipeConfig:
         at_least("model.recipe.prompts_per_step", self.prompts_per_step, 1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     name: str = MISSING  # short name used in run names
     path: str = MISSING  # hub id (Qwen/Qwen2.5-3B-Instruct) or a local directory
@@ -82,7 +84,7 @@ class ModelConfig:
         self.recipe.check()
 
 
-@dataclass
+@dataclass(frozen=True)
 class DatasetConfig:
     name: str = MISSING
     source: str = MISSING  # reasoning_gym | hf | local
@@ -115,7 +117,7 @@ class DatasetConfig:
         at_least("dataset.data_seed", self.data_seed, 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
     name: str = MISSING
     weights: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0})  # fn name -> weight
@@ -161,7 +163,7 @@ class RewardConfig:
 # --- the sampling stages: prefilter -> (rollout) -> dynamic_sampling -> selector -> advantage ------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrefilterConfig:
     """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. A filter's own knobs
     sit in its section, `prefilter.<name>.*` (GRESO's: pods/filter/greso.py, GresoConfig)."""
@@ -177,7 +179,7 @@ class PrefilterConfig:
         pass
 
 
-@dataclass
+@dataclass(frozen=True)
 class DynamicSamplingConfig:
     """DAPO-style dynamic sampling (GRESO's base): after reward, drop zero-variance groups and draw more
     prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/collect.py)."""
@@ -196,7 +198,7 @@ class DynamicSamplingConfig:
         at_least("dynamic_sampling.max_rounds", self.max_rounds, 1, " (generation rounds per step)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SelectorConfig:
     """The down-sampler (conf/selector/, PODS's selection rule): generate n rollouts per prompt, train on m."""
 
@@ -224,7 +226,7 @@ class SelectorConfig:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdvantageConfig:
     """How a group's rewards become advantages (pods/update/advantages.py)."""
 
@@ -235,7 +237,7 @@ class AdvantageConfig:
         choice("advantage.stats", self.stats, ["kept", "full"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareConfig:
     name: str = MISSING
     device: str = "auto"  # auto | cpu | cuda
@@ -292,7 +294,7 @@ class HardwareConfig:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
     temperature: float = II("model.recipe.temperature")  # the model's own (model.recipe) unless set here
@@ -330,7 +332,7 @@ class RolloutConfig:
         choice("rollout.loop", self.loop, ["generate", "graph"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggerConfig:
     backend: str = "none"  # wandb | none (metrics.jsonl is always written)
     project: str = "pods"
@@ -345,7 +347,7 @@ class LoggerConfig:
         at_least("logger.log_completions", self.log_completions, 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgoConfig:
     prompts_per_step: int = II("model.recipe.prompts_per_step")  # prompts per optimizer step
     epsilon: float = 0.2  # PPO clip range (low)
@@ -366,7 +368,7 @@ class AlgoConfig:
         choice("algo.loss_agg", self.loss_agg, ["token", "sequence"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
     lr: float = II("model.recipe.lr")  # the model's own (model.recipe) unless set here
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
@@ -385,7 +387,7 @@ class OptimConfig:
         interval("optim.warmup_ratio", self.warmup_ratio, 0, 1, "[)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
     every_steps: int = 0  # 0 = off
     every_seconds: float = 0.0  # training-clock seconds between evals (0 = off)
@@ -403,7 +405,7 @@ class EvalConfig:
         at_least("eval.batch_size", self.batch_size, 1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
     every_steps: int = 0  # 0 = off
     every_seconds: float = 0.0  # training-clock seconds between checkpoints (paper: 1800)
@@ -416,7 +418,7 @@ class CheckpointConfig:
         at_least("checkpoint.keep_last", self.keep_last, 1, " (the newest checkpoint is always kept)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -469,11 +471,22 @@ OPEN_GROUPS = ("selector", "prefilter", "reward", "rollout")
 
 
 def schema() -> Any:
-    """TrainConfig as Hydra composes on it: typed, closed (an unknown key fails), but for OPEN_GROUPS."""
+    """TrainConfig as Hydra composes on it: typed, closed (an unknown key fails), but for OPEN_GROUPS, and
+    writable while it is composed (the dataclasses are frozen; the typed settings made from it are)."""
     node = OmegaConf.structured(TrainConfig)
+    _writable(node)
     for g in OPEN_GROUPS:
         OmegaConf.set_struct(node[g], False)
     return node
+
+
+def _writable(node: Any) -> None:
+    """Clear the read-only flag OmegaConf puts on the nodes of a frozen dataclass, the whole tree down."""
+    OmegaConf.set_readonly(node, False)
+    for key in node.keys() if OmegaConf.is_dict(node) else range(len(node)):
+        child = node._get_node(key)
+        if OmegaConf.is_config(child):
+            _writable(child)
 
 
 def register_schema() -> None:
@@ -499,7 +512,7 @@ def settings(cfg: Any) -> TrainConfig:
             **node.get("sections", {}),
             **{k: node.pop(k) for k in list(node) if k not in own},
         }
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), data))
+    return OmegaConf.to_object(OmegaConf.merge(schema(), data))
 
 
 def as_container(c: TrainConfig) -> dict:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pods import ASSETS
-from pods.config import AlgoConfig, HardwareConfig
+from pods.config import AlgoConfig, HardwareConfig, TrainConfig
 from pods.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -145,3 +145,14 @@ def choose_finetune(gen: RolloutSettings, algo: AlgoConfig, device: torch.device
         f"hardware=auto: neither fits: {about}. Use hardware=gpu_lora hardware.load_in_4bit=true, "
         "or hardware=fsdp over several GPUs"
     )
+
+
+def settle_hardware(c: TrainConfig, device: torch.device) -> TrainConfig:
+    """hardware=auto, settled in this one place, before anything is built: a full fine-tune or LoRA, from the
+    model's config and the card (choose_finetune), then the update's layout for the device
+    (pods.models.settle_update_layout). Returns the run's settings with that hardware group."""
+    from pods.models import settle_update_layout
+    from pods.rollout import RolloutSettings
+
+    hardware = choose_finetune(RolloutSettings.from_config(c), c.algo, device)
+    return replace(c, hardware=settle_update_layout(hardware, device))

@@ -32,6 +32,14 @@ def resolve_device(hardware: HardwareConfig) -> torch.device:
     return torch.device("cpu")
 
 
+LAYOUT_FIELDS = ("width_bucket", "row_bucket", "fused_logprobs")  # null in hardware=auto: the device decides
+
+
+def layout_settled(hardware: HardwareConfig) -> bool:
+    """Whether hardware=auto's update layout has been settled for a device (pods.memory.settle_hardware)."""
+    return all(getattr(hardware, k) is not None for k in LAYOUT_FIELDS)
+
+
 def settle_update_layout(hardware: HardwareConfig, device: torch.device) -> HardwareConfig:
     """The update's layout fields left null (hardware=auto) set for `device`: on a GPU what the GPU profiles
     set (width grid 16 and fused log-probs; rows padded to 8 for a full fine-tune as hardware=gpu, not for

@@ -94,22 +94,22 @@ def load_plugins(plugins: list[str]) -> None:
 
 
 def preflight(cfg) -> TrainConfig:
-    """Every check that needs no model weights; hardware=auto picks full fine-tune or LoRA here. Returns the
-    run's typed settings (pods.config.TrainConfig), the only form of the config the stages see."""
+    """Every check that needs no model weights; hardware=auto is settled here (full fine-tune or LoRA, the
+    update's layout). Returns the run's typed settings (pods.config.TrainConfig, frozen), the only form of
+    the config the stages see."""
     from pods.components import checked
-    from pods.memory import choose_finetune
+    from pods.memory import settle_hardware
     from pods.models import check_model_source, resolve_device
     from pods.rollout import RolloutSettings, backend_class
 
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
-    gen = RolloutSettings.from_config(c)
     backend = backend_class(c.rollout.backend)
     check_task_config(c.dataset)
     device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(c.run_dir, c.resume)
     check_model_source(c.model, c.hardware)
-    c.hardware = choose_finetune(gen, c.algo, device)  # from the model's config and the card's memory
+    c = settle_hardware(c, device)  # hardware=auto, once: LoRA or full, the update layout for this device
     c.check()  # again: LoRA's own fields, when it was chosen
     backend.preflight(RolloutSettings.from_config(c))  # e.g. vllm: the engine is installed
     return c

@@ -30,15 +30,16 @@ from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import EvalSettings, evaluate
 from pods.filter import build_prefilter
+from pods.memory import settle_hardware
 from pods.models import (
     autocast,
+    layout_settled,
     load_policy,
     load_tokenizer,
     reference_policy,
     resolve_device,
     resolve_dtype,
     set_cuda_allocator,
-    settle_update_layout,
 )
 from pods.resume import Checkpointer
 from pods.reward import build_reward
@@ -74,11 +75,13 @@ class Trainer:
         """`config`: the run's typed settings (pods.train.preflight's), or a composed config, which is typed and
         checked here (every group's check(), as pods.train does) before anything loads."""
         self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
-        self.settings = c = resolve(config if isinstance(config, TrainConfig) else validate(config))
+        c = resolve(config if isinstance(config, TrainConfig) else validate(config))
+        self.device = resolve_device(c.hardware)
+        if not layout_settled(c.hardware):  # a config that did not come through pods.train.preflight
+            c = settle_hardware(c, self.device)
+        self.settings = c
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
-        self.device = resolve_device(c.hardware)
-        c.hardware = settle_update_layout(c.hardware, self.device)  # hardware=auto: its GPU or CPU layout
         set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)

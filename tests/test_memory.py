@@ -4,6 +4,7 @@ the card, else LoRA, else a one-line refusal. The card's memory is faked (no GPU
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
@@ -25,9 +26,8 @@ def fake_card(monkeypatch, gib: float) -> None:
 
 
 def choose_finetune(c, device):
-    """pods.memory.choose_finetune on typed settings; the chosen hardware group replaces c.hardware."""
-    c.hardware = pods.memory.choose_finetune(RolloutSettings.from_config(c), c.algo, device)
-    return c
+    """pods.memory.choose_finetune on typed settings: c with the chosen hardware group (c is frozen)."""
+    return replace(c, hardware=pods.memory.choose_finetune(RolloutSettings.from_config(c), c.algo, device))
 
 
 def kept_bytes(size, c, lora: bool, compiled: bool) -> int:
@@ -71,12 +71,15 @@ def test_full_fine_tune_state_is_16_bytes_a_parameter_plus_the_generation_copy(m
     # LoRA: the generation copy decodes from the policy's own bf16 base (rollout.share_weights, the default)
     assert cfg.rollout.share_weights
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160  # bf16 base, adapter
-    cfg.rollout.share_weights = False
+    cfg = replace(cfg, rollout=replace(cfg.rollout, share_weights=False))
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # + a copy of its own
-    cfg.rollout.share_weights, cfg.hardware.load_in_4bit = True, True
+    cfg = replace(
+        cfg,
+        rollout=replace(cfg.rollout, share_weights=True),
+        hardware=replace(cfg.hardware, load_in_4bit=True),
+    )
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 500 + 160 + 2_000  # 4-bit bases are not shared
-    cfg.hardware.load_in_4bit = False
-    cfg.algo.beta = 0.04
+    cfg = replace(cfg, hardware=replace(cfg.hardware, load_in_4bit=False), algo=replace(cfg.algo, beta=0.04))
     assert kept_bytes(size, cfg, lora=False, compiled=False) == 20_000  # + float32 reference
 
 
@@ -85,7 +88,7 @@ def test_3b_on_an_80_gib_card_trains_lora_and_says_why(make_cfg, monkeypatch, ca
     cfg = settings(make_cfg("selector=max_variance", "model=qwen2.5-3b"))
     assert cfg.hardware.name == "auto" and not cfg.hardware.lora
     with caplog.at_level(logging.INFO, logger="pods"):
-        choose_finetune(cfg, CUDA)
+        cfg = choose_finetune(cfg, CUDA)
     assert cfg.hardware.lora and cfg.hardware.gradient_checkpointing
     assert "hardware=auto: LoRA" in caplog.text and "full fine-tune keeps 51.7 GiB" in caplog.text
 
@@ -95,7 +98,7 @@ def test_3b_on_a_141_gib_card_and_smaller_models_on_80_gib_stay_full(make_cfg, m
         fake_card(monkeypatch, gib)
         cfg = settings(make_cfg(f"model={model}"))
         with caplog.at_level(logging.INFO, logger="pods"):
-            choose_finetune(cfg, CUDA)
+            cfg = choose_finetune(cfg, CUDA)
         assert not cfg.hardware.lora, model
     assert caplog.text.count("hardware=auto: full fine-tune") == 3
 
@@ -111,7 +114,7 @@ def test_an_explicit_profile_is_kept_with_a_warning(make_cfg, monkeypatch, caplo
     fake_card(monkeypatch, 80)
     cfg = settings(make_cfg("model=qwen2.5-3b", "hardware=gpu"))
     with caplog.at_level(logging.INFO, logger="pods"):
-        choose_finetune(cfg, CUDA)
+        cfg = choose_finetune(cfg, CUDA)
     assert not cfg.hardware.lora and "hardware=gpu may not fit" in caplog.text
 
 
@@ -120,9 +123,9 @@ def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
     # with vLLM holding 35% of the card, 18.7 GiB does not.
     fake_card(monkeypatch, 48)
     hf = settings(make_cfg("model=qwen2.5-1.5b", "rollout.compile=false"))
-    choose_finetune(hf, CUDA)
+    hf = choose_finetune(hf, CUDA)
     vllm = checked(make_cfg("model=qwen2.5-1.5b", "rollout=vllm"))  # rollout.vllm's settings typed
-    choose_finetune(vllm, CUDA)
+    vllm = choose_finetune(vllm, CUDA)
     assert not hf.hardware.lora and vllm.hardware.lora
     assert 48 * STATE_SHARE * (1 - vllm.rollout.own().gpu_memory_utilization) < 23.0 < 48 * STATE_SHARE
 
@@ -140,7 +143,7 @@ def test_preflight_chooses_before_any_weights_load(make_cfg, monkeypatch, caplog
 def test_a_cpu_run_is_not_sized(make_cfg, monkeypatch):
     monkeypatch.setattr(pods.memory, "architecture_config", lambda path: pytest.fail("sized on a CPU"))
     cfg = settings(make_cfg())
-    choose_finetune(cfg, torch.device("cpu"))
+    cfg = choose_finetune(cfg, torch.device("cpu"))
     assert not cfg.hardware.lora
 
 

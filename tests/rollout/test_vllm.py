@@ -11,7 +11,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -218,7 +218,9 @@ def test_engine_kwargs_from_the_config():
     )
     assert lora["seed"] == 10 and lora["enable_sleep_mode"] is True
     cfg = vllm_cfg()
-    cfg.model.dtype = "float16"  # an explicit model dtype wins over the hardware profile
+    cfg = replace(
+        cfg, model=replace(cfg.model, dtype="float16")
+    )  # an explicit model dtype wins over the hardware profile
     assert engine_kwargs(cfg)["dtype"] == "float16"
     # CPU: float32 as the HF backend computes there, eager (no compile), no GPU memory share
     cpu = engine_kwargs(vllm_cfg(), device_type="cpu")

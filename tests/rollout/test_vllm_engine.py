@@ -7,6 +7,7 @@ vLLM is not installed; CI installs it (.ci/run).
 import copy
 import gc
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -41,8 +42,7 @@ def setup(tmp_path_factory):
 def engine(request, setup):
     """(mode, policy, vLLM generator on it, HF generator on it); the engine is shut down at the end."""
     cfg, tok, _ = setup
-    cfg = copy.deepcopy(cfg)
-    cfg.hardware.lora = request.param == "lora"
+    cfg = replace(cfg, hardware=replace(cfg.hardware, lora=request.param == "lora"))
     torch.manual_seed(0)
     model, _ = load_policy(cfg.model, cfg.hardware, CPU)
     gen = VLLMGenerator(RolloutSettings.from_config(cfg), model, tok, CPU)
@@ -230,8 +230,7 @@ def test_resumed_run_syncs_the_engine_to_the_checkpoint(tmp_path, lora):
 
 def test_an_engine_that_cannot_start_fails_in_one_line_with_its_root_cause(setup):
     cfg, tok, _ = setup
-    cfg = copy.deepcopy(cfg)
-    cfg.model.max_prompt_len = 1000  # the tiny model has 256 positions
+    cfg = replace(cfg, model=replace(cfg.model, max_prompt_len=1000))  # the tiny model has 256 positions
     model, _ = load_policy(cfg.model, cfg.hardware, CPU)
     with pytest.raises(EngineStartError) as e:
         VLLMGenerator(RolloutSettings.from_config(cfg), model, tok, CPU)
