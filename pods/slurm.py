@@ -65,8 +65,9 @@ def setup(cfg: DictConfig) -> None:
 
         # submitit knows its own jobs by SUBMITIT_EXECUTOR; a plain sbatch + srun script is a Slurm job too
         os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
-        # every task sees all GPUs of its node; accelerate takes cuda:LOCAL_RANK
-        env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        # every task sees all GPUs of its node; accelerate takes cuda:LOCAL_RANK. No WORLD_SIZE: any RANK or
+        # LOCAL_* already set came from the submitting shell (sbatch exports it), not from this job
+        env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         log.info(
             "Slurm task %d of %d (master %s:%d)", env.rank, env.world_size, env.master_addr, env.master_port
         )

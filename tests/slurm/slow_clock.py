@@ -1,15 +1,23 @@
 """A test plugin (plugins=[tests.slurm.slow_clock], +reward.weights.slow_clock=0.0): a reward term of weight 0
-that sleeps 0.25 s per step until the job's second restart, so that a smoke run outlives Slurm's time-limit
-signal without more compute, and then finishes fast. The total reward, and so the run, is unchanged."""
+that sleeps 0.25 s per step until pods has saved on a time-limit signal (its job log says "SIGUSR2 at step"), so
+that a smoke run outlives Slurm's time-limit signal without more compute, and then finishes fast. The total
+reward, and so the run, is unchanged."""
 
 import os
 import time
+from pathlib import Path
 
 from pods.reward import register_reward
 
 
+def _saved_on_sigusr2() -> bool:
+    # SUBMITIT_FOLDER is the sweep's `.submitit/%j`, the placeholder unexpanded: look in every job's folder
+    jobs = Path(os.environ.get("SUBMITIT_FOLDER", "/nonexistent")).parent
+    return any("SIGUSR2 at step" in p.read_text(errors="replace") for p in jobs.glob("*/*_log.out"))
+
+
 @register_reward("slow_clock")
 def slow_clock(completions, answers, **kw):
-    if int(os.environ.get("SLURM_RESTART_COUNT", "0")) < 2:
+    if not _saved_on_sigusr2():
         time.sleep(0.25)
     return [0.0] * len(completions)

@@ -107,7 +107,7 @@ RUN = [
     "eval.every_steps=50",
     "seed=0",
 ]
-# in the Slurm job only: 0.25 s of sleep per step until its 2nd restart (a reward term of weight 0): it outlives the signal
+# in the Slurm job only: 0.25 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
 SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
 
 
@@ -128,19 +128,20 @@ def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
     log = (tmp_path / "submit.log").open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     run_dir = sweep / "max_variance-n4-m4-s0"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (
-        not (run_dir / "metrics.jsonl").exists() or len(_train(run_dir)) < 5
-    ):
-        assert proc.poll() is None, (tmp_path / "submit.log").read_text()[-3000:]
-        time.sleep(0.5)
-    job = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
-    subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
     try:
+        deadline, seen = time.monotonic() + 180, []
+        # requeue while the job trains (pods's handler is installed): 5 records, and one more since the last look
+        while time.monotonic() < deadline and not (len(seen) >= 2 and seen[-1] > seen[-2] >= 5):
+            assert proc.poll() is None, (tmp_path / "submit.log").read_text()[-3000:]
+            time.sleep(0.5)
+            seen.append(len(_train(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0)
+        job = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
+        subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
         assert proc.wait(timeout=420) == 0, (tmp_path / "submit.log").read_text()[-3000:]
-    finally:
+    finally:  # never leave the submitter waiting, or the job queued
         proc.kill()
-        subprocess.run(["scancel", job.split("_")[0]], check=False)
+        for folder in (sweep / ".submitit").glob("*"):
+            subprocess.run(["scancel", folder.name.split("_")[0]], check=False, capture_output=True)
     logs = _job_logs(sweep)
     assert re.search(r"SIGTERM at step \d+: checkpoint saved", logs), logs[-3000:]
     assert re.search(r"SIGUSR2 at step \d+: checkpoint saved", logs), logs[-3000:]
