@@ -7,4 +7,6 @@ the root there on a lent machine).
                       Trainer run, memory traces, device clocks
     fuzz.py           the adversarial corpus and timers behind scripts/fuzz_rewards.py and tests/reward/test_fuzz.py
     results_index.py  the rule scripts/check_results_index.py applies to results/README.md
+    sft.py            the small chain-sum policies from scratch (tokenizer, Qwen2, SFT loop): the tiny model
+                      (scripts/train_tiny_model.py) and the headline policy (scripts/build_headline_model.py)
 """

@@ -1,6 +1,6 @@
 """Build the GPU headline policy: a ~10M-parameter Qwen2 warmed up by SFT on the hard chain sums.
 
-Same recipe as the embedded tiny model (pods/sft.py; byte-level BPE with split digits,
+Same recipe as the embedded tiny model (bench/sft.py; byte-level BPE with split digits,
 worked solutions `<think>a+b=c c-d=e</think><answer>e</answer>`), bigger and on a GPU. SFT uses its own
 problems (--sft-seed), disjoint from the RL train and eval prompts, so that RL prompts are new to the
 policy; it stops early so that the policy is mediocre (greedy accuracy well below 100%) with diverse samples.
@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from pods.config import DatasetConfig
 from pods.data import load_examples
-from pods.sft import build_model, build_tokenizer, encode_sft, sft_steps, solution
+from bench.sft import build_model, build_tokenizer, encode_sft, sft_steps, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 

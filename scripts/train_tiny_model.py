@@ -7,7 +7,7 @@ needs to show learning on a CPU in minutes: groups of rollouts with reward varia
 stopping SFT early on a small model, never from corrupting the targets.
 
 The tokenizer is a tiny byte-level BPE trained on the task's text, with digits always split one per token.
-The tokenizer, model and SFT loop live in pods/sft.py (shared with scripts/build_headline_model.py).
+The tokenizer, model and SFT loop live in bench/sft.py (shared with scripts/build_headline_model.py).
 Everything is seeded, so re-running gives the same weights up to float noise (~3.5 minutes on 2 CPU cores):
 
     python -m scripts.train_tiny_model            # from the repo root; writes pods/assets/tiny/ (3.3 MB)
@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from pods.config import DatasetConfig
 from pods.data import format_prompt, load_examples
-from pods.sft import ANSWER, build_model, build_tokenizer, check_reload, encode_sft, sft_steps, sft_targets
+from bench.sft import ANSWER, build_model, build_tokenizer, check_reload, encode_sft, sft_steps, sft_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
