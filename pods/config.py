@@ -84,6 +84,12 @@ class ModelConfig:
         self.recipe.check()
 
 
+def add_special_tokens(model: ModelConfig) -> bool:
+    """Whether tokenizing a prompt adds the tokenizer's special tokens (BOS etc.): only without a chat
+    template, which writes its own. One rule for the prompt-length check, rollout and eval."""
+    return not model.use_chat_template
+
+
 @dataclass(frozen=True)
 class DatasetConfig:
     name: str = MISSING

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pods.config import add_special_tokens
+
 
 @dataclass(frozen=True)
 class EvalSettings:
@@ -29,7 +31,7 @@ class EvalSettings:
             cfg.rollout.top_p,
             cfg.rollout.top_k,
             e.batch_size,
-            not cfg.model.use_chat_template,
+            add_special_tokens(cfg.model),
             cfg.logger.log_completions,
         )
 

@@ -30,7 +30,9 @@ class PhaseTimer:
         self.step_peaks: dict[str, int] = {}  # bytes, per phase, this step
         self.max_allocated = 0
         self._peaks: list[int] = []  # per open phase: the peak of what ran inside it before its last reset
-        self._step_start: tuple[float, float] | None = None  # (perf_counter, phase seconds so far) at start_step
+        self._step_start: tuple[float, float] | None = (
+            None  # (perf_counter, phase seconds so far) at start_step
+        )
 
     @contextmanager
     def phase(self, name: str):

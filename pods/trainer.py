@@ -208,7 +208,9 @@ class Trainer:
             all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
             if all_kept.numel():
                 out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
-            out.update(completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len))
+            out.update(
+                completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len)
+            )
             out.update(cs.metrics(self.dist, s.n))
             out.update(self.prefilter.metrics())
         self.counters["tokens_trained"] += int(update.get("update/tokens", 0))

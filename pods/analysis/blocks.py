@@ -189,7 +189,9 @@ def gaps_markdown(blocks: dict[str, dict[str, Curves]], baseline: str, sign_flip
     lines = [
         f"Paired accuracy gap over {baseline} (each seed's mean over the checkpoints T > 0 of its curve minus "
         f"the same seed's baseline curve; {status})\n",
-        "| variant | seeds | mean gap | seeds above 0 |" + (" p_signflip |" if sign_flip else "") + " per seed |",
+        "| variant | seeds | mean gap | seeds above 0 |"
+        + (" p_signflip |" if sign_flip else "")
+        + " per seed |",
         "|---|---|---|---|" + ("---|" if sign_flip else "") + "---|",
     ]
     for v in common:
@@ -197,7 +199,9 @@ def gaps_markdown(blocks: dict[str, dict[str, Curves]], baseline: str, sign_flip
         vals = np.array(list(gaps.values()))
         per = ", ".join(f"{k} {g:+.3f}" for k, g in gaps.items())
         p = f" {sign_flip_pvalue(vals):.3f} |" if sign_flip else ""
-        lines.append(f"| {v} | {len(vals)} | {vals.mean():+.4f} | {(vals > 0).sum()}/{len(vals)} |{p} {per} |")
+        lines.append(
+            f"| {v} | {len(vals)} | {vals.mean():+.4f} | {(vals > 0).sum()}/{len(vals)} |{p} {per} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pods.config import add_special_tokens
 from pods.data.tasks import DataError, DataReport, load_examples
 from pods.data.templates import format_prompt
 
@@ -51,7 +52,7 @@ def load_prompt_sets(dataset, model, tok) -> tuple[PromptSet, PromptSet]:
     fmt = lambda ex: format_prompt(ex, dataset.template, dataset.system_prompt, tok, model.use_chat_template)  # noqa: E731
     out = []
     for examples, report in ((train, train_report), (evals, eval_report)):
-        special = not model.use_chat_template  # rollout adds BOS etc. itself only without a chat template
+        special = add_special_tokens(model)
         ps = length_checked(examples, fmt, tok, model.max_prompt_len, report, dataset.on_bad_rows, special)
         log.info(
             "data %s: %d rows, %d kept, bad: %s", report.split, report.rows, report.kept, report.bad or "none"

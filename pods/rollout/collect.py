@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pods.batch import Rollouts, Sampling
+from pods.config import add_special_tokens
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class CollectSettings:
             dynamic_sampling=ds.enabled,
             oversample=ds.oversample,
             max_rounds=ds.max_rounds,
-            add_special_tokens=not cfg.model.use_chat_template,
+            add_special_tokens=add_special_tokens(cfg.model),
         )
 
 
@@ -190,7 +191,8 @@ class RolloutCollector:
             if len(picked) < dist.world:
                 break
             r = self.generate(dist.shard([p for p, _ in picked]))
-            with self.timer.phase("gather"):  # the first collective after generation: ranks wait for the slowest
+            # the first collective after generation: here ranks wait for the slowest rank's generation
+            with self.timer.phase("gather"):
                 stats.rollouts += int(dist.sum(len(r.texts)))
                 stats.tokens += int(dist.sum(int(r.completion_mask.sum())))
             with self.timer.phase("reward"):
