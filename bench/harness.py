@@ -109,6 +109,20 @@ def write_data(root: Path) -> tuple[Path, Path]:
 # --- measurement --------------------------------------------------------------------------------
 
 
+def torchrun_command(procs: int) -> list[str]:
+    """`torchrun --nproc_per_node <procs> --master_port <a port free now>`, with this environment's torchrun
+    (tests/e2e and scripts/bench_scaling.py launch the real Trainer or an update this way)."""
+    import shutil
+    import socket
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    return [torchrun, "--nproc_per_node", str(procs), "--master_port", str(port)]
+
+
 def matmul_peak_flops(device: str) -> float:
     """Measured dense matmul FLOP/s: bf16 8192^3 on a GPU, fp32 1024^3 on a CPU."""
     size, dtype, iters = (8192, torch.bfloat16, 30) if device == "cuda" else (1024, torch.float32, 5)

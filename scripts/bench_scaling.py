@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics as st
 import subprocess
 import sys
@@ -30,12 +29,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("generation", "gather", "reward", "update", "metrics", "weight_sync", "unattributed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_point(
@@ -56,8 +49,9 @@ def run_point(
         "checkpoint.every_steps=0", "checkpoint.save_final=false", "plugins=[bench.harness]",
         "reward=format", "reward.weights.format=0", "+reward.weights.bench_hash=1.0", *a.set,
     ]  # fmt: skip
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    cmd = [torchrun, "--nproc_per_node", str(procs), "--master_port", str(free_port()), "-m", "pods.train"]
+    from bench.harness import torchrun_command
+
+    cmd = [*torchrun_command(procs), "-m", "pods.train"]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

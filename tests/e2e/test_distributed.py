@@ -8,14 +8,13 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from bench.harness import torchrun_command
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS, SMOKE
@@ -24,20 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("filter/"))  # these runs have no prefilter
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     cmd = [
-        torchrun,
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
+        *torchrun_command(2),
         "--log-dir",
         str(logs),
         "--redirects",

@@ -4,31 +4,19 @@ normalisers are global totals, the gradient is reduced once per step, and the cl
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.e2e.test_distributed import _free_port
+from bench.harness import torchrun_command
 
 SCRIPT = Path(__file__).with_name("update_ranks.py")
 
 
 def _run(procs: int, kind: str, out: Path) -> dict:
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    cmd = [
-        torchrun,
-        "--nproc_per_node",
-        str(procs),
-        "--master_port",
-        str(_free_port()),
-        str(SCRIPT),
-        str(out),
-        kind,
-    ]
+    cmd = [*torchrun_command(procs), str(SCRIPT), str(out), kind]
     proc = subprocess.run(
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
     )
