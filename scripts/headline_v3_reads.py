@@ -1,0 +1,96 @@
+"""The reads of headline v3's README that no other script prints: per call, each arm's step cost shared and
+alone (mean `timing/step` and `timing/generation` over steps 3 onward; PODS/GRPO ratios), and the per-run
+take-off table (which runs reached 0.70 in the window, when, and the others' final accuracy), with each run's
+final eval completion length split by whether it took off.
+
+    for c in A B; do mkdir -p /tmp/hv3r/alone$c && tar xzf results/headline_v3/confirm$c/alone.tgz -C /tmp/hv3r/alone$c; done
+    mkdir -p /tmp/hv3r/pilot && tar xzf results/headline_v3/pilot/pilot.tgz -C /tmp/hv3r/pilot   # and confirm.tgz -> /tmp/hv3r/A, /B
+    python scripts/headline_v3_reads.py --call A=/tmp/hv3r/A,/tmp/hv3r/aloneA/alone \\
+        --call B=/tmp/hv3r/B,/tmp/hv3r/aloneB/alone --pilot /tmp/hv3r/pilot/pilot > results/headline_v3/confirm/reads.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics as st
+from pathlib import Path
+
+from pods.analysis.load import find_run_dirs, read_jsonl
+from pods.analysis.pilot import GRPO, PODS, late_mean, train_records
+
+TAKEOFF = 0.70
+
+
+def arm_mean(dirs: list[Path], arm: str, key: str) -> float:
+    """Mean over the arm's runs of each run's mean `key` over steps 3 onward."""
+    return st.mean(late_mean(r, key) for r in train_records(dirs, arm))
+
+
+def step_costs(name: str, shared: Path, alone: Path) -> str:
+    cells = [name]
+    for where in (shared, alone):
+        dirs = find_run_dirs(where)
+        g, p = arm_mean(dirs, GRPO, "timing/step"), arm_mean(dirs, PODS, "timing/step")
+        gg, pg = arm_mean(dirs, GRPO, "timing/generation"), arm_mean(dirs, PODS, "timing/generation")
+        cells += [f"{g:.3f} / {p:.3f} s", f"{p / g:.3f}", f"{pg / gg:.3f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def runs(sweep: Path, arm: str) -> list[tuple[str, float | None, float, float]]:
+    """(run, time it first reached TAKEOFF or None, final accuracy, final eval mean length) per run of arm."""
+    out = []
+    for d in find_run_dirs(sweep):
+        if json.loads((d / "run_info.json").read_text()).get("variant") != arm:
+            continue
+        ev = [r for r in read_jsonl(d / "metrics.jsonl") if r.get("kind") == "eval"]
+        up = next((r["train_time"] for r in ev if r["eval/accuracy"] >= TAKEOFF), None)
+        out.append((d.name, up, ev[-1]["eval/accuracy"], ev[-1]["eval/mean_length"]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--call", action="append", required=True, metavar="NAME=SHARED,ALONE")
+    p.add_argument("--pilot", type=Path, help="the pilot's sweep (its shipped build's runs are read)")
+    p.add_argument("--pilot-build", default="b7")
+    a = p.parse_args()
+    calls = {c.split("=", 1)[0]: [Path(x) for x in c.split("=", 1)[1].split(",")] for c in a.call}
+    print("Step cost, mean over steps 3 onward (GRPO 16/16 / PODS 64/16):\n")
+    print(
+        "| call | shared: GRPO / PODS | ratio | generation ratio | alone: GRPO / PODS | ratio | generation ratio |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, (shared, alone) in calls.items():
+        print(step_costs(name, shared, alone))
+    print(f"\nRuns that took off (reached {TAKEOFF:.2f}) within the window:\n")
+    print(
+        "| call | arm | runs | took off | time to 0.70 of those (s, sorted) | final accuracy of the others |"
+    )
+    print("|---|---|---|---|---|---|")
+    sweeps = ([(f"pilot ({a.pilot_build})", a.pilot)] if a.pilot else []) + [
+        (n, s) for n, (s, _) in calls.items()
+    ]
+    lengths: dict[bool, list[float]] = {True: [], False: []}
+    for name, sweep in sweeps:
+        for arm in (GRPO, PODS):
+            rs = runs(sweep, arm)
+            if name.startswith("pilot"):
+                rs = [r for r in rs if f"cands-{a.pilot_build}_" in r[0]]
+            else:
+                for r in rs:
+                    lengths[r[1] is not None].append(r[3])
+            up = sorted(int(r[1]) for r in rs if r[1] is not None)
+            rest = ", ".join(f"{r[2]:.2f}" for r in rs if r[1] is None)
+            print(
+                f"| {name} | {arm} | {len(rs)} | {len(up)}/{len(rs)} | {', '.join(map(str, up))} | {rest} |"
+            )
+    print("\nFinal eval mean completion length (tokens), confirmatory calls, both arms:\n")
+    for took, vals in ((True, lengths[True]), (False, lengths[False])):
+        if vals:
+            label = "took off" if took else "did not"
+            print(f"- {label}: {len(vals)} runs, {min(vals):.1f}-{max(vals):.1f} (mean {st.mean(vals):.1f})")
+
+
+if __name__ == "__main__":
+    main()
