@@ -7,6 +7,11 @@ final eval completion length split by whether it took off.
     mkdir -p /tmp/hv3r/pilot && tar xzf results/headline_v3/pilot/pilot.tgz -C /tmp/hv3r/pilot   # and confirm.tgz -> /tmp/hv3r/A, /B
     python scripts/headline_v3_reads.py --call A=/tmp/hv3r/A,/tmp/hv3r/aloneA/alone \\
         --call B=/tmp/hv3r/B,/tmp/hv3r/aloneB/alone --pilot /tmp/hv3r/pilot/pilot > results/headline_v3/confirm/reads.md
+
+With `--sweep NAME=DIR` instead (calls without runs timed alone: phases 3 and 4), only the take-off table, for
+every variant in each sweep:
+
+    python scripts/headline_v3_reads.py --sweep A=/tmp/hv3r/AA/arms --sweep B=/tmp/hv3r/AB/arms > results/headline_v3/arms/takeoff.md
 """
 
 from __future__ import annotations
@@ -49,12 +54,43 @@ def runs(sweep: Path, arm: str) -> list[tuple[str, float | None, float, float]]:
     return out
 
 
+def variants(sweep: Path) -> list[str]:
+    return sorted({json.loads((d / "run_info.json").read_text())["variant"] for d in find_run_dirs(sweep)})
+
+
+def takeoff_only(sweeps: dict[str, Path]) -> None:
+    """The take-off table of every variant of each sweep, and final eval lengths split by take-off."""
+    print(f"Runs that took off (reached {TAKEOFF:.2f}) within the window:\n")
+    print("| sweep | variant | runs | took off | time to 0.70 of those (s, sorted) | final accuracy of the others |")
+    print("|---|---|---|---|---|---|")
+    lengths: dict[bool, list[float]] = {True: [], False: []}
+    for name, sweep in sweeps.items():
+        for arm in variants(sweep):
+            rs = runs(sweep, arm)
+            for r in rs:
+                lengths[r[1] is not None].append(r[3])
+            up = sorted(int(r[1]) for r in rs if r[1] is not None)
+            rest = ", ".join(f"{r[2]:.2f}" for r in rs if r[1] is None)
+            print(f"| {name} | {arm} | {len(rs)} | {len(up)}/{len(rs)} | {', '.join(map(str, up))} | {rest} |")
+    print("\nFinal eval mean completion length (tokens), every run:\n")
+    for took, vals in ((True, lengths[True]), (False, lengths[False])):
+        if vals:
+            label = "took off" if took else "did not"
+            print(f"- {label}: {len(vals)} runs, {min(vals):.1f}-{max(vals):.1f} (mean {st.mean(vals):.1f})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--call", action="append", required=True, metavar="NAME=SHARED,ALONE")
+    p.add_argument("--call", action="append", default=[], metavar="NAME=SHARED,ALONE")
+    p.add_argument("--sweep", action="append", default=[], metavar="NAME=DIR", help="take-off table only")
     p.add_argument("--pilot", type=Path, help="the pilot's sweep (its shipped build's runs are read)")
     p.add_argument("--pilot-build", default="b7")
     a = p.parse_args()
+    if bool(a.call) == bool(a.sweep):
+        p.error("give --call (with runs timed alone) or --sweep (take-off table only), not both")
+    if a.sweep:
+        takeoff_only({s.split("=", 1)[0]: Path(s.split("=", 1)[1]) for s in a.sweep})
+        return
     calls = {c.split("=", 1)[0]: [Path(x) for x in c.split("=", 1)[1].split(",")] for c in a.call}
     print("Step cost, mean over steps 3 onward (GRPO 16/16 / PODS 64/16):\n")
     print(
