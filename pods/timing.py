@@ -14,8 +14,10 @@ from contextlib import contextmanager
 
 import torch
 
-# compile: one-time warm-up of the compiled rollout path at each new shape (paid alike by every variant)
-NOT_TRAINING = {"eval", "checkpoint", "compile"}
+# compile: one-time warm-up of the compiled rollout path at each new shape (paid alike by every variant);
+# log: writing a step's record and the callbacks after it (rank 0's; the other ranks wait for it at the
+# next step's first collective)
+NOT_TRAINING = {"eval", "checkpoint", "compile", "log"}
 
 
 class PhaseTimer:
@@ -30,9 +32,9 @@ class PhaseTimer:
         self.step_peaks: dict[str, int] = {}  # bytes, per phase, this step
         self.max_allocated = 0
         self._peaks: list[int] = []  # per open phase: the peak of what ran inside it before its last reset
-        self._step_start: tuple[float, float] | None = (
-            None  # (perf_counter, phase seconds so far) at start_step
-        )
+        # seconds of every phase so far (outermost attribution), and of the not-training ones among them
+        self._claimed, self._claimed_nt = 0.0, 0.0
+        self._mark: tuple[float, float, float] | None = None  # (perf_counter, _claimed, _claimed_nt)
 
     @contextmanager
     def phase(self, name: str):
@@ -55,8 +57,11 @@ class PhaseTimer:
             if self._inner:
                 self._inner[-1] += total
             self.step_times[name] += dt
+            self._claimed += dt
             if name not in NOT_TRAINING:
                 self.train_clock += dt
+            else:
+                self._claimed_nt += dt
             if self.peak_memory:
                 self._end_peak(name)
 
@@ -77,26 +82,30 @@ class PhaseTimer:
             self._peaks[-1] = max(self._peaks[-1], peak)
 
     def start_step(self) -> None:
-        """Mark a step's start: pop_step then also reports the step's wall time (timing/wall_step) and the
-        part of it that no phase claimed (timing/unattributed: host work between phases, waits for other
-        ranks outside a phase). The phases' GPU syncs make the two comparable."""
+        """Mark where the first step's wall time starts (later steps' start where the previous record was
+        taken). pop_step then reports timing/wall_step, the wall seconds since that mark less the not-training
+        phases run in it (eval, checkpoint, compile, log), and timing/unattributed, the part of it no phase
+        claimed (host work between phases, waits for other ranks outside a phase). The phases' GPU syncs make
+        the two comparable; with every phase named, unattributed is near 0."""
+        if self._mark is None:
+            self._mark = self._now()
+
+    def _now(self) -> tuple[float, float, float]:
         if self.sync_cuda:
             torch.cuda.synchronize()
-        self._step_start = (time.perf_counter(), sum(self.step_times.values()))
+        return time.perf_counter(), self._claimed, self._claimed_nt
 
     def pop_step(self) -> dict[str, float]:
         """This step's per-phase seconds as timing/* metrics and, on a GPU, peak memory as memory/*, then
         reset."""
         out = {f"timing/{k}": v for k, v in self.step_times.items()}
         out["timing/step"] = sum(v for k, v in self.step_times.items() if k not in NOT_TRAINING)
-        if self._step_start is not None:
-            if self.sync_cuda:
-                torch.cuda.synchronize()
-            t0, before = self._step_start
-            wall = time.perf_counter() - t0
+        if self._mark is not None:
+            (t0, c0, n0), (t1, c1, n1) = self._mark, self._now()
+            wall = (t1 - t0) - (n1 - n0)
             out["timing/wall_step"] = wall
-            out["timing/unattributed"] = wall - (sum(self.step_times.values()) - before)
-            self._step_start = None
+            out["timing/unattributed"] = wall - ((c1 - c0) - (n1 - n0))
+            self._mark = (t1, c1, n1)
         out.update({f"memory/peak_{k}_gib": v / 2**30 for k, v in self.step_peaks.items()})
         self.step_times, self.step_peaks = defaultdict(float), {}
         return out

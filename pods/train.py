@@ -115,13 +115,14 @@ def preflight(cfg) -> TrainConfig:
     return c
 
 
-def run(cfg) -> dict:
+def run(cfg, callbacks=()) -> dict:
+    """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own."""
     from pods import slurm
     from pods.trainer import Trainer
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
     c = preflight(cfg)
-    trainer = Trainer(c, Path(c.run_dir), callbacks=slurm.callbacks())
+    trainer = Trainer(c, Path(c.run_dir), callbacks=[*slurm.callbacks(), *callbacks])
     if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
         OmegaConf.save(as_container(c), Path(c.run_dir) / "config.yaml")
     return trainer.train()

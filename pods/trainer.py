@@ -148,16 +148,18 @@ class Trainer:
         frozen = False
         try:
             while not self.done():
-                for cb in self.callbacks:
-                    cb.on_step_start(self)
+                with self.timer.phase("log"):
+                    for cb in self.callbacks:
+                        cb.on_step_start(self)
                 rec = self.train_step()
-                for cb in self.callbacks:
-                    cb.on_step_end(self, rec)
+                with self.timer.phase("log"):  # charged to the next step's record, as its record's writing
+                    for cb in self.callbacks:
+                        cb.on_step_end(self, rec)
+                    bar.advance(self.step, self.timer.train_clock, rec.get("reward/mean", float("nan")))
                 if not frozen:  # once, after the first step's warm-ups and compiles
                     with self.timer.phase("gc"):
                         freeze_heap()
                     frozen = True
-                bar.advance(self.step, self.timer.train_clock, rec.get("reward/mean", float("nan")))
                 if self.eval_every.due(self.step, self.timer.train_clock):
                     self.evaluate()
                 if self.ckpt_every.due(self.step, self.timer.train_clock):
@@ -198,7 +200,8 @@ class Trainer:
         with t.phase("weight_sync"):
             self.generator.sync_weights(self.model)
         rec.update(self._step_metrics(batch, kept, cs, rec))
-        self._log("train", rec)
+        with t.phase("log"):
+            self._log("train", rec)
         return rec
 
     def _step_metrics(self, batch, kept, cs, update: dict) -> dict:

@@ -1,9 +1,11 @@
 """Weak and strong scaling of the real Trainer under torchrun (issue 28): one table of step, generation,
 update, metrics (cross-rank gathers), the part of the step no phase claims, peak memory and efficiency.
 
-Each point is `torchrun --nproc_per_node k -m pods.train ...` on a random Qwen2 of the given shape with the
-`bench_hash` reward (bench/harness.py, loaded with `plugins=`), n=m=16, eval and checkpoints off; steps 3 onward
-are read (median over steps and ranks' rank-0 records). Weak scaling keeps the work per process fixed (one
+Each point is `torchrun --nproc_per_node k -m bench.scaling_rank ...` (pods.train's run, the real Trainer) on a
+random Qwen2 of the given shape with the `bench_hash` reward (bench/harness.py, loaded with `plugins=`), n=m=16,
+eval and checkpoints off; steps 3 onward are read (median over rank 0's records), except the last, which
+torch.profiler records on every rank: its NCCL kernel time (the largest over ranks) is the table's NCCL column,
+and its top kernels and host ops go to <out>.profile.md. Weak scaling keeps the work per process fixed (one
 prompt per process per step: efficiency = step at 1 / step at k); strong scaling keeps the global batch fixed
 (`--strong 8`: 8 prompts per step over k processes, the headline's n=64, m=16).
 
@@ -33,13 +35,13 @@ PHASES = ("generation", "gather", "reward", "update", "metrics", "weight_sync", 
 
 def run_point(
     a, model_dir: Path, data: tuple[Path, Path], procs: int, dist: str, run_dir: Path
-) -> list[dict]:
-    """One torchrun launch; its rank-0 train records."""
+) -> tuple[list[dict], list[dict]]:
+    """One torchrun launch; its rank-0 train records (unprofiled steps) and every rank's profile summary."""
     prompts = a.strong or procs  # strong: fixed global batch; weak: one prompt per process
     n, m = (64, 16) if a.strong else (16, 16)
     hw = {"ddp": "multi_gpu", "fsdp": "fsdp"}[dist] if a.device == "cuda" else "cpu"
     overrides = [
-        f"hydra.run.dir={run_dir}", "model=qwen2.5-0.5b", "model.name=bench", f"model.path={model_dir}",
+        f"run_dir={run_dir}", "model=qwen2.5-0.5b", "model.name=bench", f"model.path={model_dir}",
         "model.use_chat_template=false", f"model.max_completion_len={a.completion_len}",
         "dataset=arithmetic", "dataset.name=bench", "dataset.source=local", f"dataset.task={data[0]}",
         f"dataset.eval_task={data[1]}", "dataset.train_size=0", "dataset.eval_size=0",
@@ -51,30 +53,51 @@ def run_point(
     ]  # fmt: skip
     from bench.harness import torchrun_command
 
-    cmd = [*torchrun_command(procs), "-m", "pods.train"]
+    cmd = [*torchrun_command(procs), "-m", "bench.scaling_rank", "--profile-step", str(a.steps), "--"]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{dist} x{procs} failed:\n{proc.stderr[-3000:]}")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in recs if r.get("kind") == "train"][2:]  # the first two carry warm-ups and compiles
+    profiles = [json.loads(f.read_text()) for f in sorted(run_dir.glob("profile_rank*.json"))]
+    # the first two steps carry warm-ups and compiles; the last ran under the profiler
+    return [r for r in recs if r.get("kind") == "train" and 2 < r["step"] < a.steps], profiles
 
 
-def summarize(recs: list[dict]) -> dict:
+def summarize(recs: list[dict], profiles: list[dict]) -> dict:
     med = lambda k: st.median(r.get(f"timing/{k}", 0.0) for r in recs)  # noqa: E731
     peak = max((v for r in recs for k, v in r.items() if k.startswith("memory/peak_")), default=float("nan"))
-    return {"wall": med("wall_step"), "step": med("step"), **{p: med(p) for p in PHASES}, "peak_gib": peak}
+    nccl = max((pr["nccl_ms"] / 1e3 for pr in profiles), default=float("nan"))
+    return {"wall": med("wall_step"), "step": med("step"), **{p: med(p) for p in PHASES}, "nccl": nccl,
+            "peak_gib": peak}  # fmt: skip
+
+
+def profile_md(points: list[tuple[str, int, list[dict]]]) -> str:
+    """Rank 0's profiled step of each point: NCCL and kernel totals, top kernels and host ops by self time."""
+    out = []
+    for d, k, profiles in points:
+        for pr in profiles[:1]:
+            out.append(f"### {d} x{k} (rank 0, step {pr['step']}): NCCL {pr['nccl_ms']:.1f} ms in "
+                       f"{pr['nccl_kernels']} kernels; all kernels {pr['kernels_ms']:.1f} ms\n")  # fmt: skip
+            out.append(
+                "| top kernels | ms | calls | | top host ops (self) | ms | calls |\n|---|---|---|---|---|---|---|"
+            )
+            for dv, hs in zip(pr["top_device"] + [["", 0, 0]] * 12, pr["top_host"]):
+                cell = f"{dv[0][:60]} | {dv[1]:.2f} | {dv[2]}" if dv[0] else " | | "
+                out.append(f"| {cell} | | {hs[0][:60]} | {hs[1]:.2f} | {hs[2]} |")
+            out.append("")
+    return "\n".join(out) + "\n"
 
 
 def table(rows: list[tuple[str, int, dict]], weak: bool) -> str:
     head = "| dist | procs | wall step s | timed step s | " + " | ".join(f"{p} s" for p in PHASES)
-    head += " | peak GiB | " + ("weak efficiency |" if weak else "speedup over 1 |")
-    lines = [head, "|" + "---|" * (6 + len(PHASES))]
+    head += " | NCCL s (profiled step) | peak GiB | " + ("weak efficiency |" if weak else "speedup over 1 |")
+    lines = [head, "|" + "---|" * (7 + len(PHASES))]
     base = {d: s["wall"] for d, k, s in rows if k == 1}
     for d, k, s in rows:
         eff = base[d] / s["wall"] if d in base else float("nan")
         cells = [d, str(k), f"{s['wall']:.3f}", f"{s['step']:.3f}", *(f"{s[p]:.3f}" for p in PHASES)]
-        cells += [f"{s['peak_gib']:.1f}", f"{eff:.2f}"]
+        cells += [f"{s['nccl']:.3f}", f"{s['peak_gib']:.1f}", f"{eff:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -95,21 +118,25 @@ def main() -> None:
     a.threads = a.threads or 1
     work = Path(tempfile.mkdtemp(prefix="pods_scaling_"))
     model_dir, data = build_model_dir(a, work), write_data(work)
-    rows, raw = [], []
+    rows, raw, profs = [], [], []
     for dist in a.dist.split(","):
         for k in map(int, a.procs.split(",")):
-            recs = run_point(a, model_dir, data, k, dist, work / f"{dist}_{k}")
-            rows.append((dist, k, summarize(recs)))
+            recs, profiles = run_point(a, model_dir, data, k, dist, work / f"{dist}_{k}")
+            rows.append((dist, k, summarize(recs, profiles)))
+            profs.append((dist, k, profiles))
             raw += [{"dist": dist, "procs": k, **r} for r in recs]
+            raw += [{"dist": dist, "procs": k, "profile": pr} for pr in profiles]
             print(table(rows, not a.strong), flush=True)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = f"strong, {a.strong} prompts x n=64, m=16" if a.strong else "weak, 1 prompt per process, n=m=16"
     shape = f"layers {a.layers}, hidden {a.hidden}, vocab {a.vocab}, LoRA {a.lora}, {a.completion_len} tokens"
     out.write_text(
-        f"Scaling ({kind}; {shape}; device {a.device}; median over steps 3+):\n\n" + table(rows, not a.strong)
+        f"Scaling ({kind}; {shape}; device {a.device}; median over steps 3 to {a.steps - 1}; step {a.steps} profiled):\n\n"
+        + table(rows, not a.strong)
     )
     out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
+    out.with_suffix(".profile.md").write_text(profile_md(profs))
     shutil.rmtree(work, ignore_errors=True)
 
 

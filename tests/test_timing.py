@@ -74,6 +74,7 @@ def test_wall_step_splits_into_phases_and_the_unattributed_rest():
     import time
 
     timer = PhaseTimer()
+    assert "timing/wall_step" not in timer.pop_step()  # only once a step was started
     with timer.phase("gc"):
         time.sleep(0.02)
     timer.start_step()
@@ -86,4 +87,33 @@ def test_wall_step_splits_into_phases_and_the_unattributed_rest():
     inside = rec["timing/generation"] + rec["timing/update"]
     assert rec["timing/wall_step"] == pytest.approx(inside + rec["timing/unattributed"])
     assert 0.05 <= rec["timing/unattributed"] < rec["timing/wall_step"]
-    assert "timing/wall_step" not in timer.pop_step()  # only for a step that was started
+
+
+def test_wall_steps_tile_the_loop_less_eval_checkpoint_and_log():
+    """After the first record, a step's wall runs from the previous record: host work between two steps
+    lands in the next step's unattributed time, while eval, checkpoint and the record's writing (log) are
+    named and left out, so the walls plus those phases add up to the loop's whole wall time."""
+    import time
+
+    timer = PhaseTimer()
+    t0 = time.perf_counter()
+    timer.start_step()
+    with timer.phase("generation"):
+        time.sleep(0.02)
+    first = timer.pop_step()
+    with timer.phase("log"):
+        time.sleep(0.03)
+    with timer.phase("eval"):
+        time.sleep(0.04)
+    evald = timer.pop_phase("eval")
+    time.sleep(0.02)  # unnamed host work between two steps
+    timer.start_step()  # a later step's start_step does not move the mark
+    with timer.phase("update"):
+        time.sleep(0.01)
+    second = timer.pop_step()
+    total = time.perf_counter() - t0
+    assert second["timing/log"] >= 0.03 and "timing/log" not in first
+    assert second["timing/step"] == pytest.approx(second["timing/update"])  # log is not training time
+    assert 0.02 <= second["timing/unattributed"] < 0.03 + 0.02  # the unnamed gap, not log or eval
+    named = second["timing/log"] + evald["timing/eval"]
+    assert first["timing/wall_step"] + second["timing/wall_step"] + named == pytest.approx(total, abs=2e-3)

@@ -1,0 +1,89 @@
+"""One process of a scaling point (scripts/bench_scaling.py), launched by torchrun: `pods.train.run` on the
+composed config, the real Trainer, with one step profiled by torch.profiler.
+
+    torchrun --nproc_per_node 4 -m bench.scaling_rank --profile-step 6 -- run_dir=/tmp/x model=... plugins=[bench.harness]
+
+The profiled step (take the last: the profiler slows it) writes `profile_rank<r>.json` into the run dir: the
+step's device time in NCCL kernels and in all kernels, and the top kernels and host ops by self time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from pods.callbacks import Callback
+
+TOP = 12
+
+
+def _self_device_us(e) -> float:
+    return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+
+
+def summarize(events, rank: int, step: int) -> dict:
+    """profiler.key_averages() -> the step's NCCL and kernel device time (ms) and the top entries. Pure on its
+    input, so a CPU test can feed it stand-in events."""
+    dev = sorted(((e.key, _self_device_us(e) / 1e3, e.count) for e in events if _self_device_us(e) > 0),
+                 key=lambda x: -x[1])  # fmt: skip
+    host = sorted(((e.key, e.self_cpu_time_total / 1e3, e.count) for e in events), key=lambda x: -x[1])
+    nccl = [d for d in dev if "nccl" in d[0].lower()]
+    return {
+        "rank": rank,
+        "step": step,
+        "nccl_ms": sum(d[1] for d in nccl),
+        "nccl_kernels": sum(d[2] for d in nccl),
+        "kernels_ms": sum(d[1] for d in dev),
+        "top_device": [list(d) for d in dev[:TOP]],
+        "top_host": [list(h) for h in host[:TOP]],
+    }
+
+
+class ProfileStep(Callback):
+    """Profile one optimizer step (CPU and, on a GPU, CUDA activity) and write its summary per rank."""
+
+    def __init__(self, step: int):
+        self.step, self.prof = step, None
+
+    def on_step_start(self, trainer) -> None:
+        if trainer.step + 1 == self.step:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.__enter__()
+
+    def on_step_end(self, trainer, record: dict) -> None:
+        if self.prof is None or trainer.step != self.step:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None)
+        out = summarize(self.prof.key_averages(), trainer.dist.rank, self.step)
+        (trainer.run_dir / f"profile_rank{trainer.dist.rank}.json").write_text(json.dumps(out, indent=1))
+        self.prof = None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--profile-step", type=int, default=0, help="0: none")
+    p.add_argument("overrides", nargs="*", help="pods config overrides (run_dir=... among them)")
+    a = p.parse_args()
+    from hydra import compose, initialize_config_dir
+
+    from pods.config import register_schema
+    from pods.train import CONF_DIR, run
+
+    register_schema()
+    with initialize_config_dir(config_dir=os.path.abspath(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=a.overrides)
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    run(cfg, callbacks=[ProfileStep(a.profile_step)] if a.profile_step else [])
+
+
+if __name__ == "__main__":
+    main()
