@@ -3,9 +3,10 @@ update, metrics (cross-rank gathers), the part of the step no phase claims, peak
 
 Each point is `torchrun --nproc_per_node k -m bench.scaling_rank ...` (pods.train's run, the real Trainer) on a
 random Qwen2 of the given shape with the `bench_hash` reward (bench/harness.py, loaded with `plugins=`), n=m=16,
-eval and checkpoints off; steps 3 onward are read (median over rank 0's records), except the last, which
-torch.profiler records on every rank: its NCCL kernel time (the largest over ranks) is the table's NCCL column,
-and its top kernels and host ops go to <out>.profile.md. Weak scaling keeps the work per process fixed (one
+eval and checkpoints off; steps 3 onward are read (median over rank 0's records). With `--profile` the last
+step runs under torch.profiler on every rank and is not read: its NCCL kernel time (the largest over ranks;
+a kernel waiting for a slower rank counts) is the table's NCCL column, and its top kernels and host ops go to
+<out>.profile.md. Each point's table, raw records and profile are written as soon as it ends. Weak scaling keeps the work per process fixed (one
 prompt per process per step: efficiency = step at 1 / step at k); strong scaling keeps the global batch fixed
 (`--strong 8`: 8 prompts per step over k processes, the headline's n=64, m=16).
 
@@ -27,6 +28,7 @@ import statistics as st
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,15 +55,17 @@ def run_point(
     ]  # fmt: skip
     from bench.harness import torchrun_command
 
-    cmd = [*torchrun_command(procs), "-m", "bench.scaling_rank", "--profile-step", str(a.steps), "--"]
+    prof = ["--profile-step", str(a.steps)] if a.profile else []
+    cmd = [*torchrun_command(procs), "-m", "bench.scaling_rank", *prof, "--"]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{dist} x{procs} failed:\n{proc.stderr[-3000:]}")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     profiles = [json.loads(f.read_text()) for f in sorted(run_dir.glob("profile_rank*.json"))]
-    # the first two steps carry warm-ups and compiles; the last ran under the profiler
-    return [r for r in recs if r.get("kind") == "train" and 2 < r["step"] < a.steps], profiles
+    # the first two steps carry warm-ups and compiles; with --profile the last ran under the profiler
+    last = a.steps - 1 if a.profile else a.steps
+    return [r for r in recs if r.get("kind") == "train" and 2 < r["step"] <= last], profiles
 
 
 def summarize(recs: list[dict], profiles: list[dict]) -> dict:
@@ -114,29 +118,38 @@ def main() -> None:
         "--strong", type=int, default=0, help="a fixed global batch of this many prompts (n=64, m=16)"
     )
     p.add_argument("--out", required=True, help="the table (markdown); raw records beside it as .jsonl")
+    p.add_argument(
+        "--profile", action="store_true", help="profile the last step (NCCL column, <out>.profile.md)"
+    )
     a = p.parse_args()
     a.threads = a.threads or 1
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    kind = f"strong, {a.strong} prompts x n=64, m=16" if a.strong else "weak, 1 prompt per process, n=m=16"
+    shape = f"layers {a.layers}, hidden {a.hidden}, vocab {a.vocab}, LoRA {a.lora}, {a.completion_len} tokens"
+    read = f"median over steps 3 to {a.steps - 1}" + (f"; step {a.steps} profiled" if a.profile else "")
     work = Path(tempfile.mkdtemp(prefix="pods_scaling_"))
+    t0 = time.perf_counter()
     model_dir, data = build_model_dir(a, work), write_data(work)
+    print(f"model and data built in {time.perf_counter() - t0:.0f} s", flush=True)
     rows, raw, profs = [], [], []
     for dist in a.dist.split(","):
         for k in map(int, a.procs.split(",")):
+            t0 = time.perf_counter()
             recs, profiles = run_point(a, model_dir, data, k, dist, work / f"{dist}_{k}")
             rows.append((dist, k, summarize(recs, profiles)))
             profs.append((dist, k, profiles))
             raw += [{"dist": dist, "procs": k, **r} for r in recs]
             raw += [{"dist": dist, "procs": k, "profile": pr} for pr in profiles]
+            # written after every point: a run stopped by a time limit keeps the points it finished
+            out.write_text(
+                f"Scaling ({kind}; {shape}; device {a.device}; {read}):\n\n" + table(rows, not a.strong)
+            )
+            out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
+            if a.profile:
+                out.with_suffix(".profile.md").write_text(profile_md(profs))
+            print(f"{dist} x{k}: {time.perf_counter() - t0:.0f} s for the launch", flush=True)
             print(table(rows, not a.strong), flush=True)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    kind = f"strong, {a.strong} prompts x n=64, m=16" if a.strong else "weak, 1 prompt per process, n=m=16"
-    shape = f"layers {a.layers}, hidden {a.hidden}, vocab {a.vocab}, LoRA {a.lora}, {a.completion_len} tokens"
-    out.write_text(
-        f"Scaling ({kind}; {shape}; device {a.device}; median over steps 3 to {a.steps - 1}; step {a.steps} profiled):\n\n"
-        + table(rows, not a.strong)
-    )
-    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
-    out.with_suffix(".profile.md").write_text(profile_md(profs))
     shutil.rmtree(work, ignore_errors=True)
 
 

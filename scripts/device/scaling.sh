@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Issue 28 on a machine of 4 GPUs, one call: weak scaling of the real Trainer at the 0.5B shape (full
-# fine-tune, DDP and FSDP, 1/2/4 GPUs), at the 3B shape with LoRA (DDP, 1 and 4 GPUs), and strong scaling of
-# the headline's global batch (8 prompts x n=64, m=16; DDP, 1/2/4 GPUs), each under its own time limit so a
-# slow part leaves the others' tables. Output in $OUT: scaling.tgz (tables, raw records, profiles), table.md.
-#   bash scripts/device/scaling.sh            # .whl carried (docs/gpu.md)
+# Issue 28 on a machine of 4 GPUs: scaling of the real Trainer (scripts/bench_scaling.py), one part or several
+# per call, each under its own time limit (a point's table is written as soon as it ends, so a part stopped by
+# its limit keeps the points it finished). A launch costs about 90 s at the 0.5B shape on 4 H200s (measured:
+# 3 points in 270 s), so plan one part per call:
+#   bash scripts/device/scaling.sh weak_0.5b      # full fine-tune, DDP and FSDP, 1/2/4 GPUs (6 launches)
+#   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA DDP 1/4; 8 prompts x 64/16 DDP 1/4/2
+#   bash scripts/device/scaling.sh profile_0.5b   # the 4-GPU DDP and FSDP points, last step under torch.profiler
+# .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles) and table.md.
 set -o pipefail
+[ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b profile_0.5b"; exit 2; }
 source scripts/device/setup.sh || exit 1
 OUTDIR=${OUT:-/tmp/scaling_out}; R=$OUTDIR/scaling; mkdir -p "$R"
 B="python3 scripts/bench_scaling.py --threads 2"
@@ -13,11 +17,15 @@ part() {  # part <seconds> <name> <args>...: one bench under a limit; its launch
   timeout "$t" $B "$@" --out "$R/$name.md" > "$R/$name.log" 2>&1; echo "$name: exit $?"; tail -2 "$R/$name.log"
   pkill -f bench.scaling_rank; pkill -f torchrun; sleep 2
 }
-part 270 weak_0.5b --procs 1,2,4 --dist ddp,fsdp --steps 7
-part 170 weak_3b_lora --procs 1,4 --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
-  --intermediate 11008 --steps 6
-part 110 strong_0.5b --procs 1,4,2 --dist ddp --strong 8 --steps 5
+for n in "$@"; do
+  case $n in
+    weak_0.5b) part 560 weak_0.5b --procs 1,2,4 --dist ddp,fsdp --steps 6 ;;
+    weak_3b_lora) part 300 weak_3b_lora --procs 1,4 --dist ddp --lora --layers 36 --hidden 2048 --heads 16 \
+      --kv-heads 2 --intermediate 11008 --steps 6 ;;
+    strong_0.5b) part 280 strong_0.5b --procs 1,4,2 --dist ddp --strong 8 --steps 5 ;;
+    profile_0.5b) part 300 profile_0.5b --procs 4 --dist ddp,fsdp --steps 5 --profile ;;
+    *) echo "unknown part $n"; exit 2 ;;
+  esac
+done
 (cd "$OUTDIR" && tar czf scaling.tgz scaling)
-for n in weak_0.5b weak_3b_lora strong_0.5b; do  # the finished table, else the last partial one in the log
-  echo "## $n"; if [ -f "$R/$n.md" ]; then cat "$R/$n.md"; else grep '^|' "$R/$n.log" | tail -8; fi; echo
-done | tee "$OUTDIR/table.md"
+for n in "$@"; do echo "## $n"; cat "$R/$n.md" 2>/dev/null || echo "(no point finished)"; echo; done | tee "$OUTDIR/table.md"
