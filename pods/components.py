@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
+from pods.spelling import retired_key
 
 KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "reward.weights",
         "rollout": "rollout.backend"}  # fmt: skip
@@ -74,6 +75,8 @@ def resolve(c: TrainConfig) -> TrainConfig:
                     "name its module in plugins=[...])"
                 )
         for name in node.sections:
+            if hint := retired_key(f"{group}.{name}"):  # an old key in this group's YAML
+                raise ConfigError(hint)
             if name not in reg:
                 raise ConfigError(
                     f"{group}.{name} is neither a setting of {group} nor the section of a registered {reg.kind} "

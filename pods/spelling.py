@@ -1,10 +1,17 @@
-"""Spellings that issue 20's config-by-stage layout (and then components owning their settings) retired, each refused with a one-line hint naming the new
-one (never silently accepted: one word per stage, no aliases). Checked on the command line before Hydra runs,
-so a command copied from an old note fails at once and says what to write instead."""
+"""Spellings that issue 20's config-by-stage layout (then components owning their settings, then settings split
+by the stage that reads them) retired, each refused with a one-line hint naming the new one (never silently
+accepted: one word per stage, no aliases). Checked on the command line before Hydra runs, so a command copied
+from an old note fails at once and says what to write instead. A retired key set in a YAML file gets the same
+line: from pods.train.compose_error where Hydra stops on it (a closed group: `hardware:`), from
+pods.components.resolve where it composes (an open group: `rollout:`)."""
 
 from __future__ import annotations
 
 GRESO_KNOBS = ("p_init", "p_step", "p_min", "p_max", "min_keep", "target_zero_var", "easy_share")
+UPDATE_LAYOUT = ("gradient_checkpointing", "micro_batch_size", "micro_batch_tokens", "width_bucket", "row_bucket",
+                 "fused_logprobs")  # fmt: skip
+HF_KNOBS = ("compile", "prompt_bucket", "share_weights", "size_cache_to_prompt", "loop", "release_cache",
+            "fuse_projections")  # fmt: skip
 
 # old key (or key prefix, ending in '.') -> what to write now
 RETIRED_KEYS = {
@@ -20,6 +27,11 @@ RETIRED_KEYS = {
     **{f"prefilter.{k}": f"prefilter.greso.{k}" for k in GRESO_KNOBS},
     "rollout.vllm_sleep_mode": "rollout.vllm.sleep_mode",
     "hardware.vllm_gpu_memory_utilization": "rollout.vllm.gpu_memory_utilization",
+    # each stage's group is what that stage reads (issue 30, item 1)
+    **{f"hardware.{k}": f"update.{k}" for k in UPDATE_LAYOUT},
+    "hardware.update_sdpa": "update.sdpa",
+    **{f"rollout.{k}": f"sampling.{k}" for k in ("temperature", "top_p", "top_k")},
+    **{f"rollout.{k}": f"rollout.hf.{k}" for k in HF_KNOBS},
 }
 
 # retired group options -> the stage groups (or arm) that run the same thing
@@ -38,6 +50,14 @@ RETIRED_OPTIONS = {
 }
 
 
+def retired_key(key: str) -> str | None:
+    """One line for a retired key (`hardware.micro_batch_size`), else None."""
+    for old, new in RETIRED_KEYS.items():
+        if key == old or (old.endswith(".") and key.startswith(old)):
+            return f"{old.rstrip('.')} is retired; write {new}"
+    return None
+
+
 def retired_hint(args: list[str]) -> str | None:
     """One line for the first command-line argument in a retired spelling, else None."""
     for a in args:
@@ -49,7 +69,6 @@ def retired_hint(args: list[str]) -> str | None:
                 return f"{a}: retired by the config-by-stage layout; write {new}"
         if key == "variant":
             return f"{a}: the variant group is retired; arms are named by their run names: arm=<name> (conf/arm/)"
-        for old, new in RETIRED_KEYS.items():
-            if key == old or (old.endswith(".") and key.startswith(old)):
-                return f"{a}: {old.rstrip('.')} is retired; write {new}"
+        if retired_key(key):
+            return f"{a}: {retired_key(key)}"
     return None

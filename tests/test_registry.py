@@ -76,7 +76,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(make_cfg):
 def test_the_backend_is_checked_in_preflight_before_anything_loads(make_cfg, monkeypatch, overrides, message):
     import pods.memory
 
-    monkeypatch.setattr(pods.memory, "choose_finetune", lambda *a: pytest.fail("sized"))
+    monkeypatch.setattr(pods.memory, "choose_lora", lambda *a: pytest.fail("sized"))
     with pytest.raises(ConfigError) as e:
         preflight(make_cfg(*overrides))
     assert message in str(e.value) and "\n" not in str(e.value)
