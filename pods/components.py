@@ -30,10 +30,10 @@ KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "r
 
 def registries() -> dict[str, Registry]:
     """Group -> the registry its names are looked up in (importing the stage packages registers pods' own)."""
-    from pods.filter import PREFILTERS
+    from pods.prefilter import PREFILTERS
     from pods.reward import REWARDS
     from pods.rollout import BACKENDS
-    from pods.selection import SELECTORS
+    from pods.selector import SELECTORS
 
     return {"selector": SELECTORS, "prefilter": PREFILTERS, "reward": REWARDS, "rollout": BACKENDS}
 

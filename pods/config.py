@@ -172,9 +172,9 @@ class RewardConfig:
 @dataclass(frozen=True)
 class PrefilterConfig:
     """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. A filter's own knobs
-    sit in its section, `prefilter.<name>.*` (GRESO's: pods/filter/greso.py, GresoConfig)."""
+    sit in its section, `prefilter.<name>.*` (GRESO's: pods/prefilter/greso.py, GresoConfig)."""
 
-    name: str = "none"  # none | greso: a name in pods.filter.PREFILTERS (checked in pods.components)
+    name: str = "none"  # none | greso: a name in pods.prefilter.PREFILTERS (checked in pods.components)
     sections: dict[str, Any] = field(default_factory=dict)  # filter name -> its own settings
 
     def own(self) -> Any:
@@ -208,7 +208,7 @@ class DynamicSamplingConfig:
 class SelectorConfig:
     """The down-sampler (conf/selector/, PODS's selection rule): generate n rollouts per prompt, train on m."""
 
-    name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selection.SELECTORS
+    name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selector.SELECTORS
     n: int = 16  # rollouts generated per prompt
     m: int = 16  # rollouts trained on per prompt (m <= n)
     sections: dict[str, Any] = field(default_factory=dict)  # selector name -> its own settings

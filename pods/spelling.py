@@ -3,7 +3,8 @@ by the stage that reads them) retired, each refused with a one-line hint naming 
 accepted: one word per stage, no aliases). Checked on the command line before Hydra runs, so a command copied
 from an old note fails at once and says what to write instead. A retired key set in a YAML file gets the same
 line: from pods.train.compose_error where Hydra stops on it (a closed group: `hardware:`), from
-pods.components.resolve where it composes (an open group: `rollout:`)."""
+pods.components.resolve where it composes (an open group: `rollout:`). Metric names retired by one word per
+stage are not refused but read under today's names (RETIRED_METRICS): committed runs logged them."""
 
 from __future__ import annotations
 
@@ -72,3 +73,32 @@ def retired_hint(args: list[str]) -> str | None:
         if retired_key(key):
             return f"{a}: {retired_key(key)}"
     return None
+
+
+# metric names that one word per stage retired (issue 30, item 5): the prefilter's `filter/*` metrics and the
+# `filter` and `selection` phases' timers and GPU peaks. Records already written under the old names
+# (results/**, its archives) are read under today's by the readers of metrics.jsonl
+# (pods.tracking.read_metrics, pods.analysis.load.read_jsonl).
+PHASES_RENAMED = (("filter", "prefilter"), ("selection", "selector"))
+RETIRED_METRICS = {
+    "filter/": "prefilter/",
+    **{f"timing/{old}": f"timing/{new}" for old, new in PHASES_RENAMED},
+    **{f"memory/peak_{old}_gib": f"memory/peak_{new}_gib" for old, new in PHASES_RENAMED},
+}
+
+
+def current_metric(name: str) -> str:
+    """Today's name of a logged metric (`filter/skipped` -> `prefilter/skipped`); other names as they are.
+
+    >>> current_metric("timing/selection"), current_metric("filter/p_easy"), current_metric("selector/kept_reward_std")
+    ('timing/selector', 'prefilter/p_easy', 'selector/kept_reward_std')
+    """
+    for old, new in RETIRED_METRICS.items():
+        if name == old or (old.endswith("/") and name.startswith(old)):
+            return new + name[len(old) :]
+    return name
+
+
+def current_metrics(record: dict) -> dict:
+    """A metrics.jsonl record with every metric under today's name."""
+    return {current_metric(k): v for k, v in record.items()}

@@ -29,7 +29,6 @@ from pods.config import TrainConfig, add_special_tokens, validate
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import evaluate
-from pods.filter import build_prefilter
 from pods.memory import settle_hardware
 from pods.models import (
     autocast,
@@ -40,12 +39,13 @@ from pods.models import (
     resolve_dtype,
     set_cuda_allocator,
 )
+from pods.prefilter import build_prefilter
 from pods.resume import Checkpointer
 from pods.reward import build_reward
 from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.collect import RolloutCollector, completion_metrics
-from pods.selection import downsample
-from pods.selection.diagnostics import selection_metrics
+from pods.selector import downsample
+from pods.selector.diagnostics import selector_metrics
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
@@ -184,7 +184,7 @@ class Trainer:
         self.step += 1
         kept = None
         if batch is not None:
-            with t.phase("selection"):
+            with t.phase("selector"):
                 kept = batch.select(
                     downsample(s.name, batch.rewards, s.m, self.select_rng, s.own())
                 )  # (P, m)
@@ -209,7 +209,7 @@ class Trainer:
         with self.timer.phase("metrics"):  # gathers and reductions across ranks: a step cost, named
             all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
             if all_kept.numel():
-                out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
+                out.update(selector_metrics(torch.cat(cs.all_rewards), all_kept))
             out.update(
                 completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len)
             )

@@ -376,7 +376,7 @@ def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrid
 def test_each_group_checks_itself_in_one_line(group, match):
     """A group's dataclass checks its own fields, without the rest of the config."""
     from pods import config
-    from pods.filter.greso import GresoConfig
+    from pods.prefilter.greso import GresoConfig
     from pods.rollout.vllm import VLLMSettings
 
     obj = eval(group, {**vars(config), "GresoConfig": GresoConfig, "VLLMSettings": VLLMSettings})
@@ -390,7 +390,7 @@ def test_each_group_checks_itself_in_one_line(group, match):
 
 def test_validate_returns_the_typed_groups(make_cfg):
     from pods.config import DynamicSamplingConfig
-    from pods.filter.greso import GresoConfig
+    from pods.prefilter.greso import GresoConfig
 
     typed = checked(make_cfg("arm=greso+dynamic_sampling+none-n16-m16"))
     assert typed.prefilter.name == "greso" and typed.prefilter.own() == GresoConfig()

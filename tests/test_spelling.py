@@ -1,5 +1,6 @@
 """Retired spellings are refused with a hint that names a spelling which works today."""
 
+import json
 import re
 import subprocess
 import sys
@@ -112,3 +113,39 @@ def test_a_retired_key_in_a_users_yaml_gets_the_same_line_from_the_cli(tmp_path)
     )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "write update.micro_batch_size" in r.stderr
+
+
+def test_metrics_logged_under_retired_names_read_under_todays(tmp_path):
+    """Committed runs logged filter/* and timing/{filter,selection}; both readers of metrics.jsonl map them."""
+    from pods.analysis.load import read_jsonl
+    from pods.tracking import read_metrics
+
+    old = {
+        "kind": "train",
+        "step": 1,
+        "filter/skip_rate": 0.25,
+        "timing/filter": 0.1,
+        "timing/selection": 0.2,
+    }
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(old) + "\n")
+    want = {
+        "kind": "train",
+        "step": 1,
+        "prefilter/skip_rate": 0.25,
+        "timing/prefilter": 0.1,
+        "timing/selector": 0.2,
+    }
+    assert read_metrics(tmp_path / "metrics.jsonl") == [want] == read_jsonl(tmp_path / "metrics.jsonl")
+
+
+def test_compare_reads_a_retired_metric_name_from_old_and_new_runs(tmp_path):
+    from pods.analysis.load import load_runs
+
+    for seed, key in ((1, "filter/skip_rate"), (2, "prefilter/skip_rate")):
+        d = tmp_path / f"greso-n16-m16-s{seed}"
+        d.mkdir()
+        rec = {"kind": "train", "step": 1, "train_time": 1.0, "rollouts": 16, key: 0.25}
+        (d / "metrics.jsonl").write_text(json.dumps(rec) + "\n")
+    for asked in ("filter/skip_rate", "prefilter/skip_rate"):
+        df = load_runs(tmp_path, asked)
+        assert sorted(df.seed.astype(str)) == ["1", "2"] and set(df.value) == {0.25}

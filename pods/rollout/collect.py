@@ -32,7 +32,7 @@ class CollectStats:
     terms: dict[str, list[float]] = field(default_factory=dict)
 
     def metrics(self, dist, n: int) -> dict[str, float]:
-        """reward/*, rollout/* and filter/* of the step (whole batch; call on every rank)."""
+        """reward/*, rollout/* and prefilter/* of the step (whole batch; call on every rank)."""
         flat = lambda ts: torch.cat([t.flatten() for t in ts]) if ts else torch.zeros(0)  # noqa: E731
         rewards, correct = flat(self.all_rewards), flat(self.all_correct)
         out = {
@@ -48,8 +48,8 @@ class CollectStats:
             "rollout/dropped_zero_var": float(self.dropped_zero_var),
             "rollout/rollouts": float(self.rollouts),
             "rollout/tokens": float(self.tokens),
-            "filter/skipped": float(self.skipped),
-            "filter/rollouts_avoided": float(self.skipped * n),
+            "prefilter/skipped": float(self.skipped),
+            "prefilter/rollouts_avoided": float(self.skipped * n),
         }
         for k in sorted(self.terms):  # every rank has the same reward terms
             v = dist.gather(torch.tensor(self.terms[k], dtype=torch.float32))
@@ -166,7 +166,7 @@ class RolloutCollector:
         max_rounds = self.ds.max_rounds if self.ds.enabled else 1
         while have < want and stats.rounds < max_rounds:
             stats.rounds += 1
-            with self.timer.phase("filter"):
+            with self.timer.phase("prefilter"):
                 picked = self.draw(self.round_size(want - have), stats)
             if len(picked) < dist.world:
                 break
@@ -182,7 +182,7 @@ class RolloutCollector:
             stats.generated_groups += all_rewards.shape[0]
             stats.all_rewards.append(all_rewards)
             stats.all_correct.append(all_correct)
-            with self.timer.phase("filter"):  # the prefilter remembers each prompt's outcome
+            with self.timer.phase("prefilter"):  # the prefilter remembers each prompt's outcome
                 self.prefilter.observe(dist.unshard_order([p for p, _ in picked]), picked[0][1], all_correct)
             if self.ds.enabled:
                 useful = useful_groups(all_rewards, want - have)  # positions in the gathered batch

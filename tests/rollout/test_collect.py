@@ -12,7 +12,7 @@ from pods.batch import Rollouts, Sampling
 from pods.config import DynamicSamplingConfig, SamplingConfig
 from pods.data import PromptSampler
 from pods.distributed import Dist
-from pods.filter import NoFilter
+from pods.prefilter import NoFilter
 from pods.reward.registry import RewardOutput
 from pods.rollout.collect import RolloutCollector, useful_groups
 from pods.timing import PhaseTimer
