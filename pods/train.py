@@ -147,6 +147,7 @@ class OutputDirCheck(Callback):
 
     @staticmethod
     def _check(config: DictConfig, key: str) -> None:
+        composed()  # before jobs start (a Slurm job inherits the environment)
         try:
             check_writable(OmegaConf.select(config, key), key)
         except ConfigError as e:
@@ -155,8 +156,14 @@ class OutputDirCheck(Callback):
 
 _started = False  # the task function ran: composition succeeded
 # HYDRA_FULL_ERROR makes Hydra raise a composition error instead of printing it, so main() can name the new
-# spelling of a retired key set in a YAML file; unset once the task starts (unless the user had set it)
+# spelling of a retired key set in a YAML file; unset once composed (unless the user had set it)
 _RAISE_COMPOSE_ERRORS = "HYDRA_FULL_ERROR" not in os.environ
+
+
+def composed() -> None:
+    """Hydra has composed the config: from here on it reports errors its own way."""
+    if _RAISE_COMPOSE_ERRORS:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
@@ -168,8 +175,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     global _started
     _started = True
-    if _RAISE_COMPOSE_ERRORS:  # composed: Hydra reports errors from here on as it always does
-        os.environ.pop("HYDRA_FULL_ERROR", None)
+    composed()
     try:
         final = run(cfg)
     except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
