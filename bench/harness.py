@@ -169,9 +169,9 @@ def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, sele
         algo.prompts_per_step={args.prompts_per_step} max_steps={args.steps} eval.at_start=false
         eval.at_end=false eval.every_steps=0 checkpoint.every_steps=0 checkpoint.save_final=false""".split()
     if args.micro_batch_size:
-        overrides.append(f"hardware.micro_batch_size={args.micro_batch_size}")
+        overrides.append(f"update.micro_batch_size={args.micro_batch_size}")
     if args.gradient_checkpointing is not None:
-        overrides.append(f"hardware.gradient_checkpointing={args.gradient_checkpointing}")
+        overrides.append(f"update.gradient_checkpointing={args.gradient_checkpointing}")
     overrides += list(getattr(args, "set", None) or [])
     register_schema()
     GlobalHydra.instance().clear()
@@ -404,7 +404,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "--lora", action="store_true", help="LoRA r=64 on all linear layers (as hardware=gpu_lora)"
     )
     p.add_argument(
-        "--set", nargs="*", default=[], help="extra pods config overrides, e.g. rollout.share_weights=false"
+        "--set",
+        nargs="*",
+        default=[],
+        help="extra pods config overrides, e.g. rollout.hf.share_weights=false",
     )
     p.add_argument(
         "--memory-trace",

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
+from pods.spelling import retired_key
 
 KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "reward.weights",
         "rollout": "rollout.backend"}  # fmt: skip
@@ -29,10 +30,10 @@ KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "r
 
 def registries() -> dict[str, Registry]:
     """Group -> the registry its names are looked up in (importing the stage packages registers pods' own)."""
-    from pods.filter import PREFILTERS
+    from pods.prefilter import PREFILTERS
     from pods.reward import REWARDS
     from pods.rollout import BACKENDS
-    from pods.selection import SELECTORS
+    from pods.selector import SELECTORS
 
     return {"selector": SELECTORS, "prefilter": PREFILTERS, "reward": REWARDS, "rollout": BACKENDS}
 
@@ -74,6 +75,8 @@ def resolve(c: TrainConfig) -> TrainConfig:
                     "name its module in plugins=[...])"
                 )
         for name in node.sections:
+            if hint := retired_key(f"{group}.{name}"):  # an old key in this group's YAML
+                raise ConfigError(hint)
             if name not in reg:
                 raise ConfigError(
                     f"{group}.{name} is neither a setting of {group} nor the section of a registered {reg.kind} "

@@ -2,8 +2,8 @@
 
 Hydra composes conf/train.yaml on top of `TrainConfig` (registered below as `pods_schema`), so a key
 that is not in the schema or a value of the wrong type fails at compose time. `validate(cfg)` then turns
-the composed config into these dataclasses (`settings(cfg)`), runs each group's `check()` and the few
-checks that relate two groups (`TrainConfig.check`), and raises `ConfigError` with one line naming the key,
+the composed config into these dataclasses (`settings(cfg)`), runs the top-level checks and each group's
+`check()` (`TrainConfig.check`), and raises `ConfigError` with one line naming the key,
 the bad value and what is allowed. Stages get their group's dataclass, not the whole config. Every group is
 frozen: what is settled after the checks (hardware=auto, pods.memory.settle_hardware; a component's typed
 settings, pods.components.resolve) makes a new TrainConfig with dataclasses.replace.
@@ -11,7 +11,7 @@ settings, pods.components.resolve) makes a new TrainConfig with dataclasses.repl
 Each default is stated once, here, beside its comment; the YAML options set only what differs.
 The training loop's stages, in order, and their groups:
     prefilter (before rollout) -> rollout -> reward -> dynamic_sampling (refill) -> selector (m of n)
-    -> advantage -> update (algo, optim) -> eval
+    -> advantage -> update (algo, optim, update: its layout) -> eval; sampling is read by rollout and eval
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RecipeConfig:
     lr: float = 5e-6  # -> optim.lr
     weight_decay: float = 0.1  # -> optim.weight_decay
     grad_clip: float = 0.1  # -> optim.grad_clip (max grad norm, 0 = off)
-    temperature: float = 0.9  # -> rollout.temperature
+    temperature: float = 0.9  # -> sampling.temperature
     prompts_per_step: int = 1  # -> algo.prompts_per_step (the paper's single GPU: 1)
 
     def check(self) -> None:
@@ -172,9 +172,9 @@ class RewardConfig:
 @dataclass(frozen=True)
 class PrefilterConfig:
     """The pre-rollout filter (conf/prefilter/): which drawn prompts get rollouts at all. A filter's own knobs
-    sit in its section, `prefilter.<name>.*` (GRESO's: pods/filter/greso.py, GresoConfig)."""
+    sit in its section, `prefilter.<name>.*` (GRESO's: pods/prefilter/greso.py, GresoConfig)."""
 
-    name: str = "none"  # none | greso: a name in pods.filter.PREFILTERS (checked in pods.components)
+    name: str = "none"  # none | greso: a name in pods.prefilter.PREFILTERS (checked in pods.components)
     sections: dict[str, Any] = field(default_factory=dict)  # filter name -> its own settings
 
     def own(self) -> Any:
@@ -208,7 +208,7 @@ class DynamicSamplingConfig:
 class SelectorConfig:
     """The down-sampler (conf/selector/, PODS's selection rule): generate n rollouts per prompt, train on m."""
 
-    name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selection.SELECTORS
+    name: str = MISSING  # none | max_variance | random | max_reward: a name in pods.selector.SELECTORS
     n: int = 16  # rollouts generated per prompt
     m: int = 16  # rollouts trained on per prompt (m <= n)
     sections: dict[str, Any] = field(default_factory=dict)  # selector name -> its own settings
@@ -245,28 +245,17 @@ class AdvantageConfig:
 
 @dataclass(frozen=True)
 class HardwareConfig:
+    """Where the run computes and how the model is held there (the update's own layout: UpdateConfig)."""
+
     name: str = MISSING
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "float32"  # compute dtype when model.dtype is auto
     lora: bool = False  # train a LoRA adapter through peft instead of all weights
     load_in_4bit: bool = False  # 4-bit base weights (bitsandbytes), the paper's single-GPU setting
-    gradient_checkpointing: bool = False
-    micro_batch_size: int = 16  # max sequences per forward/backward in the update
-    micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
-    # width_bucket, row_bucket, fused_logprobs: null = the device decides when the run starts
-    # (pods.models.settle_update_layout; hardware=auto): a GPU gets what hardware=gpu / gpu_lora set, a CPU off
-    width_bucket: int | None = 0  # update micro-batch widths padded up to a multiple of this (0 = off): a run
-    # then meets a few shapes, each allocated and tuned once
-    row_bucket: int | None = 0  # update micro-batch rows padded up to a multiple of this with rows that count
-    # for nothing (0 = off): fewer shapes again, for at most row_bucket - 1 extra rows per micro-batch
     expandable_segments: bool = False  # CUDA allocator segments that grow in place
     # (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch's remedy for churn when shapes vary; off
     # until a run shows allocator work in a slow step (update/cuda_mallocs, update/alloc_retries)
-    fused_logprobs: bool | None = False  # update: head + log-prob a chunk of positions at a time, never the
-    # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
-    update_sdpa: str = "auto"  # the SDPA kernel the update tries first: auto (torch's order; on Hopper
-    # torch 2.11 puts cuDNN first) | flash | cudnn | efficient | math (the others stay as fallbacks)
     distributed: str = (
         "none"  # none | ddp (accelerate) | fsdp (torch FSDP2: sharded weights, grads, optimizer)
     )
@@ -285,14 +274,8 @@ class HardwareConfig:
         choice(
             "hardware.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"]
         )
-        at_least("hardware.micro_batch_size", self.micro_batch_size, 1)
-        choice("hardware.update_sdpa", self.update_sdpa, ["auto", "flash", "cudnn", "efficient", "math"])
         if self.num_threads < 0:
             raise ConfigError(f"hardware.num_threads={self.num_threads}: must be >= 0 (0 = automatic)")
-        at_least("hardware.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
-        for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
-            if getattr(self, key) is not None:
-                at_least(f"hardware.{key}", getattr(self, key), 0, " (0 = off, null = the device decides)")
         if self.expandable_segments and self.device == "cpu":
             raise ConfigError(
                 "hardware.expandable_segments=true sets the CUDA allocator, and hardware.device=cpu has none; "
@@ -301,27 +284,63 @@ class HardwareConfig:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
+class UpdateConfig:
+    """The update's layout (pods/update/step.py): how its forward/backward passes are cut and shaped. The
+    hardware profiles set it (conf/hardware/); the loss itself is algo.*, the optimizer optim.*. On a composed
+    DictConfig read it as cfg["update"] (cfg.update is the mapping's update method)."""
+
+    gradient_checkpointing: bool = False  # recompute activations in the backward instead of keeping them
+    micro_batch_size: int = 16  # max sequences per forward/backward
+    micro_batch_tokens: int = 0  # max padded tokens (rows x width) per micro-batch (0 = rows only)
+    # width_bucket, row_bucket, fused_logprobs: null = the device decides when the run starts
+    # (pods.memory.settle_hardware; hardware=auto): a GPU gets what hardware=gpu / gpu_lora set, a CPU off
+    width_bucket: int | None = 0  # micro-batch widths padded up to a multiple of this (0 = off): a run
+    # then meets a few shapes, each allocated and tuned once
+    row_bucket: int | None = 0  # micro-batch rows padded up to a multiple of this with rows that count
+    # for nothing (0 = off): fewer shapes again, for at most row_bucket - 1 extra rows per micro-batch
+    fused_logprobs: bool | None = False  # head + log-prob a chunk of positions at a time, never the
+    # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
+    sdpa: str = "auto"  # the SDPA kernel tried first: auto (torch's order; on Hopper torch 2.11 puts
+    # cuDNN first) | flash | cudnn | efficient | math (the others stay as fallbacks)
+
+    def check(self) -> None:
+        at_least("update.micro_batch_size", self.micro_batch_size, 1)
+        at_least("update.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
+        for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
+            if getattr(self, key) is not None:
+                at_least(f"update.{key}", getattr(self, key), 0, " (0 = off, null = the device decides)")
+        choice("update.sdpa", self.sdpa, ["auto", "flash", "cudnn", "efficient", "math"])
+
+    def settled(self) -> bool:
+        """Whether the layout fields hardware=auto leaves null have been set for a device."""
+        return None not in (self.width_bucket, self.row_bucket, self.fused_logprobs)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How rollouts are sampled, read by the rollout stage and by eval (which samples at eval.temperature,
+    greedy by default, with the same top_p and top_k)."""
+
     temperature: float = II("model.recipe.temperature")  # the model's own (model.recipe) unless set here
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+
+    def check(self) -> None:
+        positive(
+            "sampling.temperature", self.temperature, note=" (0 = greedy: all n rollouts would be equal)"
+        )
+        interval("sampling.top_p", self.top_p, 0, 1, "(]")
+        at_least("sampling.top_k", self.top_k, 0, " (0 = off)")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The rollout backend; its own knobs sit in its section (`rollout.hf.*`: pods/rollout/hf.py, HFSettings;
+    `rollout.vllm.*`: pods/rollout/vllm.py, VLLMSettings)."""
+
+    backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
-    compile: str = "auto"  # hf: static KV cache + compiled decoding; auto = on CUDA only | true | false
-    prompt_bucket: int = 64  # hf compiled: prompts are left-padded to a multiple of this (fewer shapes)
-    share_weights: bool = True  # hf compiled + LoRA: decode on the policy's own base with the adapter
-    # merged in place (restored from a host copy after), instead of a second bf16 copy of the model
-    size_cache_to_prompt: bool = False  # hf compiled: static cache of this prompt width + new tokens, not
-    # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
-    loop: str = "graph"  # hf compiled: graph (the whole decode step, sampling included, replayed as one
-    # CUDA graph per token: pods/rollout/step_graph.py; one static cache per chunk row count) | generate
-    # (transformers' generate loop around a compiled forward)
-    release_cache: bool = True  # hf graph loop: free the static cache and the captured graphs after each
-    # generate call (the update gets that memory; the next call allocates and captures again)
-    fuse_projections: bool = True  # hf graph loop with a generation copy of its own (full fine-tune, or
-    # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
-    sections: dict[str, Any] = field(default_factory=dict)  # backend name -> its own settings (vllm:
-    # pods/rollout/vllm.py, VLLMSettings)
+    sections: dict[str, Any] = field(default_factory=dict)  # backend name -> its own settings
 
     def own(self) -> Any:
         """The chosen backend's settings (its registry entry's dataclass), or None."""
@@ -329,13 +348,7 @@ class RolloutConfig:
 
     def check(self) -> None:
         # rollout.backend is checked against the backend registry in pods.components.resolve
-        positive("rollout.temperature", self.temperature, note=" (0 = greedy: all n rollouts would be equal)")
-        interval("rollout.top_p", self.top_p, 0, 1, "(]")
-        at_least("rollout.top_k", self.top_k, 0, " (0 = off)")
         at_least("rollout.batch_size", self.batch_size, 1)
-        choice("rollout.compile", str(self.compile).lower(), ["auto", "true", "false"])
-        at_least("rollout.prompt_bucket", self.prompt_bucket, 1)
-        choice("rollout.loop", self.loop, ["generate", "graph"])
 
 
 @dataclass(frozen=True)
@@ -434,10 +447,12 @@ class TrainConfig:
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 0
@@ -454,20 +469,16 @@ class TrainConfig:
         return [getattr(self, f) for f in self.__dataclass_fields__ if hasattr(getattr(self, f), "check")]
 
     def check(self) -> None:
-        """The top-level fields, every group's own checks, then the few that relate two groups."""
+        """The top-level fields and every group's own checks (each group holds what one stage reads, so no check
+        here relates two groups; a component's relation to the other groups is its own: Backend.check)."""
         at_least("seed", self.seed, 0, " (numpy seeds are non-negative)")
         at_least("max_steps", self.max_steps, 1)
         positive("max_train_time", self.max_train_time, allow_zero=True, note=" (0 = no time limit)")
         for group in self.groups():
             group.check()
-        # the registered names, the components' own settings and a backend's limits (FSDP support) are
-        # checked by pods.components.resolve, where the registries (and any plugin's entries) are loaded
-        h, r = self.hardware, self.rollout
-        if str(r.compile).lower() == "true" and h.load_in_4bit:
-            raise ConfigError(
-                "rollout.compile=true needs a bf16 copy of the weights, which a 4-bit base "
-                "(hardware.load_in_4bit=true) cannot give; use rollout.compile=auto or false"
-            )
+        # the registered names, the components' own settings and a backend's limits (FSDP support, a
+        # compiled rollout with a 4-bit base) are checked by pods.components.resolve, where the registries
+        # (and any plugin's entries) are loaded
 
 
 # Groups whose components may bring settings of their own, each in a section named after the component

@@ -2,59 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from pods.config import add_special_tokens
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """What evaluation needs from the config (eval.*, rollout.top_p/top_k, the chat template, logging); no
-    defaults here: they are the config's (pods/config.py)."""
-
-    num_samples: int  # samples per question (1 when greedy)
-    temperature: float  # 0 = greedy
-    top_p: float
-    top_k: int
-    batch_size: int
-    add_special_tokens: bool
-    log_completions: int
-
-    @classmethod
-    def from_config(cls, cfg) -> EvalSettings:
-        e = cfg.eval
-        return cls(
-            e.num_samples,
-            e.temperature,
-            cfg.rollout.top_p,
-            cfg.rollout.top_k,
-            e.batch_size,
-            add_special_tokens(cfg.model),
-            cfg.logger.log_completions,
-        )
+from pods.config import EvalConfig, SamplingConfig
 
 
 def evaluate(
-    generator, reward_fn, prompts: list[str], answers: list[str], es: EvalSettings, dist
+    generator,
+    reward_fn,
+    prompts: list[str],
+    answers: list[str],
+    e: EvalConfig,
+    sampling: SamplingConfig,
+    add_special_tokens: bool,
+    dist,
+    show: int = 0,
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy = mean over questions and samples of the accuracy term; also format and lengths.
 
-    The questions are sharded over ranks and the per-sample results gathered.
-    Returns (metrics, a few sample records for the log).
+    Samples at e.temperature (0 = greedy) with the rollouts' top_p and top_k (the sampling section). The
+    questions are sharded over ranks and the per-sample results gathered.
+    Returns (metrics, the first `show` sample records for the log: logger.log_completions).
     """
-    k = es.num_samples if es.temperature > 0 else 1  # greedy samples would all be identical
+    k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
     ids = dist.shard(list(range(len(prompts))))
     out = generator.generate(
         [prompts[i] for i in ids],
         ids,
         k,
-        es.temperature,
-        es.top_p,
-        es.top_k,
-        add_special_tokens=es.add_special_tokens,
-        batch_size=es.batch_size,
+        e.temperature,
+        sampling.top_p,
+        sampling.top_k,
+        add_special_tokens=add_special_tokens,
+        batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
     graded = reward_fn(out.texts, golds)
@@ -81,7 +61,6 @@ def evaluate(
     }
     for j, name in enumerate(terms):
         metrics[f"eval/{name}"] = allr[:, 3 + j].mean().item()
-    n_show = es.log_completions
     samples = [
         {
             "prompt": prompts[ids[i // k]][-200:],
@@ -89,6 +68,6 @@ def evaluate(
             "gold": golds[i],
             "correct": graded.correct[i],
         }
-        for i in range(min(n_show, len(out.texts)))
+        for i in range(min(show, len(out.texts)))
     ]
     return metrics, samples

@@ -10,7 +10,7 @@ pods/update/optim.py build it:
     LoRA:           the frozen base in the compute dtype (2 bytes in bf16; 0.5 in 4 bits)
                     + 16 bytes per adapter parameter (the reference is the base: no copy)
     both:           the compiled rollout's generation copy in the compute dtype (2 bytes a parameter), except
-                    under LoRA with rollout.share_weights and no 4-bit base: it decodes from the policy's base
+                    under LoRA with rollout.hf.share_weights and no 4-bit base: it decodes from the policy's base
 
 That state may take at most STATE_SHARE of the card: activations, logits, the KV cache and CUDA's own
 memory need the rest. (Measured: the 0.5B full fine-tune step, n=16, 512 tokens, peaked at 27.4 GiB on an
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pods import ASSETS
-from pods.config import AlgoConfig, HardwareConfig, TrainConfig
+from pods.config import AlgoConfig, TrainConfig, UpdateConfig
 from pods.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -100,25 +100,27 @@ def state_bytes(size: ModelSize, gen: RolloutSettings, beta: float, lora: bool, 
         ref = size.params * 4 if beta > 0 else 0
         return size.params * 16 + ref + copy
     base = size.params * (0.5 if hw.load_in_4bit else compute)
-    if gen.rollout.share_weights and not hw.load_in_4bit:
+    from pods.rollout.hf import hf_settings  # only the HF backend's compiled copy can share the base
+
+    if hf_settings(gen).share_weights and not hw.load_in_4bit:
         copy = 0  # the generation copy decodes from the policy's own base (pods/rollout/gen_copy.py)
     return int(base + size.lora_params * 16 + copy)
 
 
-def choose_finetune(gen: RolloutSettings, algo: AlgoConfig, device: torch.device) -> HardwareConfig:
-    """hardware=auto on a GPU: a full fine-tune if its state fits STATE_SHARE of the card, else LoRA with
-    gradient checkpointing (what hardware=gpu_lora sets), else refuse with a hint. Returns the hardware group
-    as chosen (gen.hardware itself when nothing changes) and logs the choice. An explicit GPU profile is kept
-    as it is; a warning says when it will not fit."""
+def choose_lora(gen: RolloutSettings, algo: AlgoConfig, device: torch.device) -> bool:
+    """hardware=auto on a GPU: a full fine-tune (False) if its state fits STATE_SHARE of the card, else LoRA
+    (True; settle_hardware adds gradient checkpointing, as hardware=gpu_lora sets), else refuse with a hint.
+    An explicit profile, a CPU or several GPUs keep what their profile says (gen.hardware.lora); a warning
+    says when an explicit GPU profile will not fit. Logs the choice."""
     h, m = gen.hardware, gen.model
     card = card_memory(device)
     if card is None or h.distributed != "none":
-        return h  # CPU; several GPUs shard or replicate as their profile says
+        return h.lora  # CPU; several GPUs shard or replicate as their profile says
     from pods.rollout import backend_class
 
     hf_config = architecture_config(m.path)
     if hf_config is None:
-        return h
+        return h.lora
     size = model_size(hf_config, m.lora.r, m.lora.targets)
     backend = backend_class(
         gen.rollout.backend
@@ -134,25 +136,42 @@ def choose_finetune(gen: RolloutSettings, algo: AlgoConfig, device: torch.device
     if h.name != "auto":
         if (lora if h.lora else full) > budget:
             log.warning("hardware=%s may not fit: %s", h.name, about)
-        return h
+        return h.lora
     if h.lora or full <= budget:
         log.info("hardware=auto: %s: %s", "LoRA" if h.lora else "full fine-tune", about)
-        return h
+        return h.lora
     if lora <= budget:
         log.info("hardware=auto: LoRA with gradient checkpointing (as hardware=gpu_lora): %s", about)
-        return replace(h, lora=True, gradient_checkpointing=True)
+        return True
     raise ConfigError(
         f"hardware=auto: neither fits: {about}. Use hardware=gpu_lora hardware.load_in_4bit=true, "
         "or hardware=fsdp over several GPUs"
     )
 
 
+def settle_update_layout(update: UpdateConfig, lora: bool, device: torch.device) -> UpdateConfig:
+    """The update's layout fields left null (hardware=auto) set for `device`: on a GPU what the GPU profiles
+    set (width grid 16 and fused log-probs; rows padded to 8 for a full fine-tune as hardware=gpu, not for
+    LoRA as hardware=gpu_lora, whose update is bound by FLOPs), on a CPU all off. Set fields are kept."""
+    gpu = torch.device(device).type == "cuda"
+    chosen = {
+        "width_bucket": 16 if gpu else 0,
+        "row_bucket": 8 if gpu and not lora else 0,
+        "fused_logprobs": gpu,
+    }
+    unset = {k: v for k, v in chosen.items() if getattr(update, k) is None}
+    return replace(update, **unset) if unset else update
+
+
 def settle_hardware(c: TrainConfig, device: torch.device) -> TrainConfig:
     """hardware=auto, settled in this one place, before anything is built: a full fine-tune or LoRA, from the
-    model's config and the card (choose_finetune), then the update's layout for the device
-    (pods.models.settle_update_layout). Returns the run's settings with that hardware group."""
-    from pods.models import settle_update_layout
+    model's config and the card (choose_lora; LoRA chosen here brings gradient checkpointing), then the
+    update's layout for the device (settle_update_layout). Returns the run's settings with those hardware
+    and update groups."""
     from pods.rollout import RolloutSettings
 
-    hardware = choose_finetune(RolloutSettings.from_config(c), c.algo, device)
-    return replace(c, hardware=settle_update_layout(hardware, device))
+    lora = choose_lora(RolloutSettings.from_config(c), c.algo, device)
+    hardware, update = c.hardware, c.update
+    if lora and not hardware.lora:
+        hardware, update = replace(hardware, lora=True), replace(update, gradient_checkpointing=True)
+    return replace(c, hardware=hardware, update=settle_update_layout(update, lora, device))

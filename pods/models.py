@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -30,28 +29,6 @@ def resolve_device(hardware: HardwareConfig) -> torch.device:
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
-
-
-LAYOUT_FIELDS = ("width_bucket", "row_bucket", "fused_logprobs")  # null in hardware=auto: the device decides
-
-
-def layout_settled(hardware: HardwareConfig) -> bool:
-    """Whether hardware=auto's update layout has been settled for a device (pods.memory.settle_hardware)."""
-    return all(getattr(hardware, k) is not None for k in LAYOUT_FIELDS)
-
-
-def settle_update_layout(hardware: HardwareConfig, device: torch.device) -> HardwareConfig:
-    """The update's layout fields left null (hardware=auto) set for `device`: on a GPU what the GPU profiles
-    set (width grid 16 and fused log-probs; rows padded to 8 for a full fine-tune as hardware=gpu, not for
-    LoRA as hardware=gpu_lora, whose update is bound by FLOPs), on a CPU all off. Set fields are kept."""
-    gpu = torch.device(device).type == "cuda"
-    chosen = {
-        "width_bucket": 16 if gpu else 0,
-        "row_bucket": 8 if gpu and not hardware.lora else 0,
-        "fused_logprobs": gpu,
-    }
-    unset = {k: v for k, v in chosen.items() if getattr(hardware, k) is None}
-    return dataclasses.replace(hardware, **unset) if unset else hardware
 
 
 def canonical_device(device) -> torch.device:
@@ -132,10 +109,15 @@ def autocast(dtype: torch.dtype, device: torch.device):
 
 
 def load_policy(
-    model_cfg: ModelConfig, hardware: HardwareConfig, device: torch.device, reference: bool = False
+    model_cfg: ModelConfig,
+    hardware: HardwareConfig,
+    device: torch.device,
+    reference: bool = False,
+    gradient_checkpointing: bool = False,
 ):
     """Returns (model, reference model or None). A float32 copy for the reference is built only when
     `reference` (algo.beta > 0) and without LoRA (there the reference is the base: reference_policy).
+    `gradient_checkpointing`: the update's (update.gradient_checkpointing).
 
     Full fine-tuning keeps float32 master weights (computing in the profile's dtype under autocast);
     with LoRA the frozen base is stored in the compute dtype and only the adapter is float32.
@@ -172,7 +154,7 @@ def load_policy(
         )
         if device.type == "cuda" and dtype != torch.float32:  # every forward runs under autocast()
             skip_adapter_input_cast(model)
-    if hardware.gradient_checkpointing:
+    if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hardware.lora:
             model.enable_input_require_grads()

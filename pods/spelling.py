@@ -1,10 +1,18 @@
-"""Spellings that issue 20's config-by-stage layout (and then components owning their settings) retired, each refused with a one-line hint naming the new
-one (never silently accepted: one word per stage, no aliases). Checked on the command line before Hydra runs,
-so a command copied from an old note fails at once and says what to write instead."""
+"""Spellings that issue 20's config-by-stage layout (then components owning their settings, then settings split
+by the stage that reads them) retired, each refused with a one-line hint naming the new one (never silently
+accepted: one word per stage, no aliases). Checked on the command line before Hydra runs, so a command copied
+from an old note fails at once and says what to write instead. A retired key set in a YAML file gets the same
+line: from pods.train.compose_error where Hydra stops on it (a closed group: `hardware:`), from
+pods.components.resolve where it composes (an open group: `rollout:`). Metric names retired by one word per
+stage are not refused but read under today's names (RETIRED_METRICS): committed runs logged them."""
 
 from __future__ import annotations
 
 GRESO_KNOBS = ("p_init", "p_step", "p_min", "p_max", "min_keep", "target_zero_var", "easy_share")
+UPDATE_LAYOUT = ("gradient_checkpointing", "micro_batch_size", "micro_batch_tokens", "width_bucket", "row_bucket",
+                 "fused_logprobs")  # fmt: skip
+HF_KNOBS = ("compile", "prompt_bucket", "share_weights", "size_cache_to_prompt", "loop", "release_cache",
+            "fuse_projections")  # fmt: skip
 
 # old key (or key prefix, ending in '.') -> what to write now
 RETIRED_KEYS = {
@@ -20,6 +28,11 @@ RETIRED_KEYS = {
     **{f"prefilter.{k}": f"prefilter.greso.{k}" for k in GRESO_KNOBS},
     "rollout.vllm_sleep_mode": "rollout.vllm.sleep_mode",
     "hardware.vllm_gpu_memory_utilization": "rollout.vllm.gpu_memory_utilization",
+    # each stage's group is what that stage reads (issue 30, item 1)
+    **{f"hardware.{k}": f"update.{k}" for k in UPDATE_LAYOUT},
+    "hardware.update_sdpa": "update.sdpa",
+    **{f"rollout.{k}": f"sampling.{k}" for k in ("temperature", "top_p", "top_k")},
+    **{f"rollout.{k}": f"rollout.hf.{k}" for k in HF_KNOBS},
 }
 
 # retired group options -> the stage groups (or arm) that run the same thing
@@ -38,6 +51,14 @@ RETIRED_OPTIONS = {
 }
 
 
+def retired_key(key: str) -> str | None:
+    """One line for a retired key (`hardware.micro_batch_size`), else None."""
+    for old, new in RETIRED_KEYS.items():
+        if key == old or (old.endswith(".") and key.startswith(old)):
+            return f"{old.rstrip('.')} is retired; write {new}"
+    return None
+
+
 def retired_hint(args: list[str]) -> str | None:
     """One line for the first command-line argument in a retired spelling, else None."""
     for a in args:
@@ -49,7 +70,35 @@ def retired_hint(args: list[str]) -> str | None:
                 return f"{a}: retired by the config-by-stage layout; write {new}"
         if key == "variant":
             return f"{a}: the variant group is retired; arms are named by their run names: arm=<name> (conf/arm/)"
-        for old, new in RETIRED_KEYS.items():
-            if key == old or (old.endswith(".") and key.startswith(old)):
-                return f"{a}: {old.rstrip('.')} is retired; write {new}"
+        if retired_key(key):
+            return f"{a}: {retired_key(key)}"
     return None
+
+
+# metric names that one word per stage retired (issue 30, item 5): the prefilter's `filter/*` metrics and the
+# `filter` and `selection` phases' timers and GPU peaks. Records already written under the old names
+# (results/**, its archives) are read under today's by the readers of metrics.jsonl
+# (pods.tracking.read_metrics, pods.analysis.load.read_jsonl).
+PHASES_RENAMED = (("filter", "prefilter"), ("selection", "selector"))
+RETIRED_METRICS = {
+    "filter/": "prefilter/",
+    **{f"timing/{old}": f"timing/{new}" for old, new in PHASES_RENAMED},
+    **{f"memory/peak_{old}_gib": f"memory/peak_{new}_gib" for old, new in PHASES_RENAMED},
+}
+
+
+def current_metric(name: str) -> str:
+    """Today's name of a logged metric (`filter/skipped` -> `prefilter/skipped`); other names as they are.
+
+    >>> current_metric("timing/selection"), current_metric("filter/p_easy"), current_metric("selector/kept_reward_std")
+    ('timing/selector', 'prefilter/p_easy', 'selector/kept_reward_std')
+    """
+    for old, new in RETIRED_METRICS.items():
+        if name == old or (old.endswith("/") and name.startswith(old)):
+            return new + name[len(old) :]
+    return name
+
+
+def current_metrics(record: dict) -> dict:
+    """A metrics.jsonl record with every metric under today's name."""
+    return {current_metric(k): v for k, v in record.items()}

@@ -36,7 +36,7 @@ def check_selector(
     the indices are a long tensor of shape (P, m), in [0, n), distinct in each row; the rewards are not
     modified; two calls with generators of the same seed agree. Pass m=n for a keep-all selector, and
     `settings` (its registry entry's dataclass) for a selector with knobs."""
-    from pods.selection import SELECTORS
+    from pods.selector import SELECTORS
 
     fn = _fn(SELECTORS, selector)
     g = torch.Generator().manual_seed(seed)
@@ -83,9 +83,9 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
 def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4,
                     epochs: int = 3) -> None:  # fmt: skip
     """A prefilter built as `cls(settings, seed)`: keep() gives one bool per prompt, observe/end_step/metrics
-    run in the loop's order over a few epochs, metrics are numbers named `filter/...`, and a filter loaded
+    run in the loop's order over a few epochs, metrics are numbers named `prefilter/...`, and a filter loaded
     from another's state_dict() (built with another seed) makes the same decisions from there on."""
-    from pods.filter import PREFILTERS
+    from pods.prefilter import PREFILTERS
 
     cls = _fn(PREFILTERS, prefilter)
     ids = list(range(prompts))
@@ -103,7 +103,7 @@ def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts
         metrics = a.metrics()
         assert isinstance(metrics, dict), "prefilter: metrics() must give a dict"
         for k, v in metrics.items():
-            assert k.startswith("filter/"), f"prefilter: metric {k!r} is not named filter/..."
+            assert k.startswith("prefilter/"), f"prefilter: metric {k!r} is not named prefilter/..."
             assert isinstance(v, (int, float)) and math.isfinite(v), f"prefilter: metric {k}={v!r}"
     b = cls(settings, seed + 1)
     b.load_state_dict(a.state_dict())

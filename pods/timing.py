@@ -1,6 +1,6 @@
 """Named phase timers and the training clock.
 
-The training clock is the sum of the step phases (generation, reward, selection, logprobs, update, ...)
+The training clock is the sum of the step phases (prefilter, generation, reward, selector, update, ...)
 and excludes eval and checkpointing, so accuracy-vs-time curves measure training cost only. On a GPU each
 phase also records its peak allocated memory (memory/peak_<phase>_gib).
 """

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pods.config import LoggerConfig, TrainConfig
 from pods.naming import run_name, variant_name
+from pods.spelling import current_metrics
 
 log = logging.getLogger("pods")
 
@@ -130,7 +131,7 @@ STEP_METRIC = "train/clock"  # the training clock in seconds: metrics.jsonl's tr
 def bind_metrics(run) -> None:
     """Plot every logged metric against the training clock, as metrics.jsonl has it.
 
-    A glob per namespace would miss new ones (reward/*, timing/*, selector/*, filter/*, ...)
+    A glob per namespace would miss new ones (reward/*, timing/*, selector/*, prefilter/*, ...)
     and leave them on W&B's _step, which counts log calls; "*" binds them all.
     """
     run.define_metric(STEP_METRIC)
@@ -324,4 +325,5 @@ def _count_lines(path: Path) -> int:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    """The records of a metrics.jsonl, metrics under today's names (pods.spelling.current_metrics)."""
+    return [current_metrics(json.loads(x)) for x in Path(path).read_text().splitlines() if x.strip()]

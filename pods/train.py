@@ -15,11 +15,13 @@ import tempfile
 from pathlib import Path
 
 import hydra
+from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
-from pods.spelling import retired_hint
+from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
 register_schema()
@@ -146,6 +148,7 @@ class OutputDirCheck(Callback):
 
     @staticmethod
     def _check(config: DictConfig, key: str) -> None:
+        composed()  # before jobs start (a Slurm job inherits the environment)
         try:
             check_writable(OmegaConf.select(config, key), key)
         except ConfigError as e:
@@ -153,6 +156,15 @@ class OutputDirCheck(Callback):
 
 
 _started = False  # the task function ran: composition succeeded
+# HYDRA_FULL_ERROR makes Hydra raise a composition error instead of printing it, so main() can name the new
+# spelling of a retired key set in a YAML file; unset once composed (unless the user had set it)
+_RAISE_COMPOSE_ERRORS = "HYDRA_FULL_ERROR" not in os.environ
+
+
+def composed() -> None:
+    """Hydra has composed the config: from here on it reports errors its own way."""
+    if _RAISE_COMPOSE_ERRORS:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
@@ -164,6 +176,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     global _started
     _started = True
+    composed()
     try:
         final = run(cfg)
     except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
@@ -198,6 +211,8 @@ def main() -> None:
     if hint:  # before Hydra starts (and its logging): one line on stderr, exit 2
         print(f"pods: error: {hint}", file=sys.stderr)
         sys.exit(2)
+    if _RAISE_COMPOSE_ERRORS:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _hydra_main()
     except SystemExit as e:
@@ -206,6 +221,20 @@ def main() -> None:
         if e.code == 1 and not _started:
             sys.exit(2)
         raise
+    except CompactHydraException as e:
+        if _started or not _RAISE_COMPOSE_ERRORS:
+            raise
+        print(compose_error(e), file=sys.stderr)
+        sys.exit(2)
+
+
+def compose_error(e: Exception) -> str:
+    """What Hydra prints for a config it cannot compose, or one line naming the new key when the key it
+    stopped on is a retired spelling set in a YAML file (an old-layout `conf/hardware/mine.yaml`)."""
+    key = getattr(e.__cause__ or e.__context__, "full_key", None)  # the OmegaConf error it stopped on
+    hint = retired_key(str(key)) if key else None
+    cause = f"\n{e.__cause__}" if isinstance(e.__cause__, OmegaConfBaseException) else ""
+    return f"pods: error: {key} (in a YAML file): {hint}" if hint else f"{e}{cause}"
 
 
 if __name__ == "__main__":

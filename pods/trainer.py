@@ -7,7 +7,7 @@
         eval / checkpoint on the training clock
 
 Every stage runs under a named timer; the training clock excludes eval, checkpointing and compile warm-up.
-Each stage gets its own settings (CollectSettings, UpdateSettings, EvalSettings), not the whole config.
+Each stage is built from its own groups (pods/config.py), not the whole config.
 Benchmarks and tools hook in through `callbacks` (pods/callbacks.py), not by patching methods.
 """
 
@@ -25,15 +25,13 @@ import transformers
 
 from pods.checkpoint import RngStreams
 from pods.components import resolve
-from pods.config import TrainConfig, validate
+from pods.config import TrainConfig, add_special_tokens, validate
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
-from pods.eval import EvalSettings, evaluate
-from pods.filter import build_prefilter
+from pods.eval import evaluate
 from pods.memory import settle_hardware
 from pods.models import (
     autocast,
-    layout_settled,
     load_policy,
     load_tokenizer,
     reference_policy,
@@ -41,18 +39,19 @@ from pods.models import (
     resolve_dtype,
     set_cuda_allocator,
 )
+from pods.prefilter import build_prefilter
 from pods.resume import Checkpointer
 from pods.reward import build_reward
 from pods.rollout import RolloutSettings, build_generator
-from pods.rollout.collect import CollectSettings, RolloutCollector, completion_metrics
-from pods.selection import downsample
-from pods.selection.diagnostics import selection_metrics
+from pods.rollout.collect import RolloutCollector, completion_metrics
+from pods.selector import downsample
+from pods.selector.diagnostics import selector_metrics
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
 from pods.update import kept_advantages
 from pods.update.optim import build_optimizer
-from pods.update.step import UpdateSettings, policy_update
+from pods.update.step import policy_update
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -77,7 +76,7 @@ class Trainer:
         self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
         c = resolve(config if isinstance(config, TrainConfig) else validate(config))
         self.device = resolve_device(c.hardware)
-        if not layout_settled(c.hardware):  # a config that did not come through pods.train.preflight
+        if not c.update.settled():  # a config that did not come through pods.train.preflight
             c = settle_hardware(c, self.device)
         self.settings = c
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +90,9 @@ class Trainer:
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
         # the heavy part comes after every check
-        self.model, ref = load_policy(c.model, c.hardware, self.device, reference=c.algo.beta > 0)
+        self.model, ref = load_policy(
+            c.model, c.hardware, self.device, c.algo.beta > 0, c.update.gradient_checkpointing
+        )
         self.ref = reference_policy(self.model, ref, c.algo.beta, c.hardware.lora)
         self.dtype = resolve_dtype(c.model, c.hardware, self.device)  # the compute dtype (autocast)
         self.model = self.dist.shard_model(self.model, self.dtype)  # FSDP: in place
@@ -107,10 +108,10 @@ class Trainer:
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.collector = RolloutCollector(
-            CollectSettings.from_config(c), self.sampler, self.prefilter, self.generator, self.reward_fn,
-            self.train_set.prompts, self.train_set.answers, self.timer, self.dist,
+            c.dynamic_sampling, c.sampling, c.algo.prompts_per_step, c.selector.n, add_special_tokens(c.model),
+            self.sampler, self.prefilter, self.generator, self.reward_fn, self.train_set.prompts,
+            self.train_set.answers, self.timer, self.dist,
         )  # fmt: skip
-        self.update_settings, self.eval_settings = UpdateSettings.from_config(c), EvalSettings.from_config(c)
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
         self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
@@ -185,7 +186,7 @@ class Trainer:
         self.step += 1
         kept = None
         if batch is not None:
-            with t.phase("selection"):
+            with t.phase("selector"):
                 kept = batch.select(
                     downsample(s.name, batch.rewards, s.m, self.select_rng, s.own())
                 )  # (P, m)
@@ -193,8 +194,9 @@ class Trainer:
                 a = self.settings.advantage
                 kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
         with t.phase("update"), autocast(self.dtype, self.device):
+            c = self.settings
             rec = policy_update(
-                self.train_model, kept, self.optimizer, self.scheduler, self.update_settings, self.device,
+                self.train_model, kept, self.optimizer, self.scheduler, c.algo, c.update, c.optim, self.device,
                 self.dist, self.ref,
             )  # fmt: skip
         with t.phase("weight_sync"):
@@ -210,7 +212,7 @@ class Trainer:
         with self.timer.phase("metrics"):  # gathers and reductions across ranks: a step cost, named
             all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
             if all_kept.numel():
-                out.update(selection_metrics(torch.cat(cs.all_rewards), all_kept))
+                out.update(selector_metrics(torch.cat(cs.all_rewards), all_kept))
             out.update(
                 completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len)
             )
@@ -224,10 +226,11 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict:
+        c = self.settings
         with self.timer.phase("eval"), autocast(self.dtype, self.device), self.dist.full_weights(self.model):
             metrics, samples = evaluate(
-                self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers,
-                self.eval_settings, self.dist,
+                self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers, c.eval,
+                c.sampling, add_special_tokens(c.model), self.dist, c.logger.log_completions,
             )  # fmt: skip
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)

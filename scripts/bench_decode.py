@@ -3,9 +3,9 @@
 Modes: `dynamic` (generate on the model, dynamic cache), `repeat_kv` (the compiled path with transformers'
 sdpa attention, which expands the grouped KV heads every step), `compiled` (the compiled path with
 transformers' generate loop: grouped attention that reads each KV head once, pods/rollout/attention.py),
-`graph` (the compiled path with `rollout.loop=graph`: the whole decode step replayed as one CUDA graph,
+`graph` (the compiled path with `rollout.hf.loop=graph`: the whole decode step replayed as one CUDA graph,
 pods/rollout/step_graph.py, q/k/v and gate/up one GEMM each: pods/rollout/fused.py), `graph_split` (the same
-with rollout.fuse_projections=false: one GEMM per projection). The limit: every decode step
+with rollout.hf.fuse_projections=false: one GEMM per projection). The limit: every decode step
 reads every weight once and the whole static KV cache once (batch x (prompt width + new tokens) positions):
 (weight bytes + cache bytes) / measured copy bandwidth.
 

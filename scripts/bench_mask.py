@@ -33,11 +33,11 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import pods.update.layout as layout_mod
 from pods.batch import Rollouts
-from pods.config import TrainConfig
+from pods.config import schema
 from pods.distributed import Dist
 from pods.models import autocast
 from pods.update.optim import build_optimizer
-from pods.update.step import UpdateSettings, policy_update
+from pods.update.step import policy_update
 
 
 def layout_batch(kind: str, rows: int, lp: int, lc: int, vocab: int) -> Rollouts:
@@ -104,19 +104,16 @@ def main() -> None:
     p.add_argument("--out", default="results/bench_mask")
     args = p.parse_args()
     device = torch.device(args.device)
-    hw = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf/hardware/gpu.yaml")
+    gpu = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf/hardware/gpu.yaml")  # hardware, update
     if device.type == "cpu":
-        hw.device, hw.dtype = "cpu", "float32"
-    cfg = OmegaConf.merge(
-        OmegaConf.structured(TrainConfig),
-        {"hardware": hw, "model": {"name": "bench", "path": "-"}, "optim": {"lr": 1e-6}},
-    )
+        gpu.hardware.device, gpu.hardware.dtype = "cpu", "float32"
+    cfg = OmegaConf.merge(schema(), gpu, {"model": {"name": "bench", "path": "-"}, "optim": {"lr": 1e-6}})
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: no 0.5B random init on the host
         model = _model(args)
     model.to(torch.float32).train()
     opt, sched = build_optimizer(model, cfg.optim, 10_000, device)
-    us, dist = UpdateSettings.from_config(cfg), Dist(cfg, device)
+    dist = Dist(cfg, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     modes = ["mask", "causal"] if hasattr(layout_mod, "CAUSAL_LAYOUT") else ["mask"]
     dev = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
@@ -131,7 +128,9 @@ def main() -> None:
 
             def once(batch=batch):
                 with autocast(cfg, device):
-                    return policy_update(model, batch, opt, sched, us, device, dist)
+                    return policy_update(
+                        model, batch, opt, sched, cfg.algo, cfg["update"], cfg.optim, device, dist
+                    )
 
             for i in range(args.warmup + args.repeats):
                 sync()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from pods.selection.selectors import max_variance
+from pods.selector.selectors import max_variance
 
 ROOT = Path(__file__).resolve().parents[1]
 

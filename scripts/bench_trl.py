@@ -69,7 +69,7 @@ def trl_config(cfg, args, out_dir: Path):
     """GRPOConfig matching the pods config: one optimizer step = 1 prompt x n generations."""
     from trl import GRPOConfig
 
-    n, mb = args.n, min(cfg.hardware.micro_batch_size, args.n)
+    n, mb = args.n, min(cfg["update"].micro_batch_size, args.n)
     if n % mb:
         raise SystemExit(f"--n={n} must be a multiple of the micro-batch size {mb} for TRL")
     return GRPOConfig(
@@ -85,13 +85,13 @@ def trl_config(cfg, args, out_dir: Path):
         weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.grad_clip,
         lr_scheduler_type="constant",
-        temperature=cfg.rollout.temperature,
+        temperature=cfg.sampling.temperature,
         epsilon=cfg.algo.epsilon,
         beta=0.0,
         num_iterations=1,
         loss_type="dapo",  # token-level mean over the step's tokens, as pods' algo.loss_agg=token
         scale_rewards="group",
-        gradient_checkpointing=cfg.hardware.gradient_checkpointing,
+        gradient_checkpointing=cfg["update"].gradient_checkpointing,
         bf16=args.device == "cuda",
         use_cpu=args.device == "cpu",
         logging_steps=1,

@@ -23,11 +23,11 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from bench.harness import save_results, sync
 from pods.batch import Rollouts
-from pods.config import TrainConfig
+from pods.config import schema
 from pods.distributed import Dist
 from pods.models import autocast, resolve_dtype
 from pods.update.optim import build_optimizer
-from pods.update.step import UpdateSettings, policy_update
+from pods.update.step import policy_update
 
 
 def synthetic_batch(rows: int, lp: int, lc: int, vocab: int) -> Rollouts:
@@ -54,7 +54,7 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
             tie_word_embeddings=True,
         )
     ).to(device)
-    if cfg.hardware.gradient_checkpointing:
+    if cfg["update"].gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     opt, sched = build_optimizer(model, cfg.optim, cfg.max_steps * cfg.algo.mu, device)
@@ -64,7 +64,7 @@ def time_update(cfg, batch: Rollouts, repeats: int, device: torch.device) -> dic
         sync(device.type)
         t0 = time.perf_counter()
         with autocast(dtype, device):
-            stats = policy_update(model, batch, opt, sched, UpdateSettings.from_config(cfg), device, dist)
+            stats = policy_update(model, batch, opt, sched, cfg.algo, cfg["update"], cfg.optim, device, dist)
         sync(device.type)
         if i >= 3:
             times.append((time.perf_counter() - t0) * 1e3)
@@ -87,10 +87,11 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", default="results/bench_update")
     args = p.parse_args()
-    gpu_profile = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf/hardware/gpu.yaml")
+    gpu_profile = OmegaConf.load(
+        Path(__file__).resolve().parents[1] / "conf/hardware/gpu.yaml"
+    )  # hardware, update
     base = OmegaConf.merge(
-        OmegaConf.structured(TrainConfig),
-        {"hardware": gpu_profile, "model": {"name": "bench", "path": "-"}, "optim": {"lr": 1e-5}},
+        schema(), gpu_profile, {"model": {"name": "bench", "path": "-"}, "optim": {"lr": 1e-5}}
     )
     batch = synthetic_batch(args.rows, args.prompt_len, args.completion_len, 320)
     settings = {
@@ -104,8 +105,8 @@ def main() -> None:
     device = torch.device(args.device)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     res = {"device": name, "torch": torch.__version__, "args": vars(args), "runs": {}}
-    for name, hw in settings.items():
-        cfg = OmegaConf.merge(base, {"hardware": hw})
+    for name, layout in settings.items():
+        cfg = OmegaConf.merge(base, {"update": layout})
         res["runs"][name] = time_update(cfg, batch, args.repeats, device)
         print(name, json.dumps(res["runs"][name]), flush=True)
     lines = [

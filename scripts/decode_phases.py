@@ -2,10 +2,10 @@
 replays (issue 18).
 
 A random Qwen2 of the given shape (no hub), as pods.train decodes it on a GPU: bf16, the graph loop with
-rollout.release_cache (the cache and graphs freed after each call, as during training), the paper's 512-token
+rollout.hf.release_cache (the cache and graphs freed after each call, as during training), the paper's 512-token
 prompt limit (so a 1024-position static cache unless --size-cache-to-prompt), 1 prompt x batch rows at
 temperature 0.9 and --new-tokens tokens. With --lora: peft LoRA r=64 on all linear layers and
-rollout.share_weights (the adapters merged into the policy's own base around each call); else a generation
+rollout.hf.share_weights (the adapters merged into the policy's own base around each call); else a generation
 copy of its own (fused projections). Before each timed call the weights are re-synced, as after an update.
 
 Per call, with the device synchronised at each boundary (not between replays): sync (weight sync), merge

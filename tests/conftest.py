@@ -55,7 +55,7 @@ SAME_RUN_KEYS = (
     "update/grad_norm",
     "update/rows",
     "selector/kept_reward_mean",
-    "filter/p_easy",
+    "prefilter/p_easy",
     "rollout/tokens",
     "rollout/rollouts",
     "train/groups",

@@ -14,7 +14,7 @@ import torch
 
 from pods.components import checked
 from pods.config import ConfigError, as_container
-from pods.selection import SELECTORS, register_selector
+from pods.selector import SELECTORS, register_selector
 from pods.testing import check_selector
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -64,7 +64,7 @@ def test_selector_n_m_sweepable(make_cfg):
         (["optim.lr=-1e-5"], "optim.lr=-1e-05 must be > 0"),
         (["optim.schedule=linear"], "optim.schedule='linear' is not valid; allowed values: constant, cosine"),
         (["algo.loss_agg=mean"], "algo.loss_agg"),
-        (["rollout.temperature=0"], "rollout.temperature=0"),
+        (["sampling.temperature=0"], "sampling.temperature=0"),
         (["hardware.device=tpu"], "hardware.device='tpu' is not valid; allowed values: auto, cpu, cuda"),
         (["dataset.template=no placeholder"], "must contain '{question}'"),
         (["hardware.distributed=fsdp", "hardware=gpu_lora"], "fsdp does not support hardware.lora yet"),
@@ -74,22 +74,22 @@ def test_selector_n_m_sweepable(make_cfg):
         ),
         (["hardware.num_threads=-1"], "hardware.num_threads=-1: must be >= 0"),
         (
-            ["rollout.compile=maybe"],
-            "rollout.compile='maybe' is not valid; allowed values: auto, true, false",
+            ["rollout.hf.compile=maybe"],
+            "rollout.hf.compile='maybe' is not valid; allowed values: auto, true, false",
         ),
-        (["rollout.prompt_bucket=0"], "rollout.prompt_bucket=0 must be >= 1"),
-        (["hardware.micro_batch_tokens=-1"], "hardware.micro_batch_tokens=-1 must be >= 0"),
+        (["rollout.hf.prompt_bucket=0"], "rollout.hf.prompt_bucket=0 must be >= 1"),
+        (["update.micro_batch_tokens=-1"], "update.micro_batch_tokens=-1 must be >= 0"),
         (
-            ["hardware.row_bucket=-8"],
-            "hardware.row_bucket=-8 must be >= 0 (0 = off, null = the device decides)",
+            ["update.row_bucket=-8"],
+            "update.row_bucket=-8 must be >= 0 (0 = off, null = the device decides)",
         ),
         (
             ["hardware=cpu", "hardware.expandable_segments=true"],
             "hardware.expandable_segments=true sets the CUDA allocator",
         ),
         (
-            ["rollout.compile=true", "hardware=gpu_lora", "hardware.load_in_4bit=true"],
-            "rollout.compile=true needs a bf16 copy of the weights",
+            ["rollout.hf.compile=true", "hardware=gpu_lora", "hardware.load_in_4bit=true"],
+            "rollout.hf.compile=true needs a bf16 copy of the weights",
         ),
     ],
 )
@@ -134,12 +134,12 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["checkpoint.every_seconds=-1"], "checkpoint.every_seconds=-1.0 must be >= 0"),
         (["checkpoint.keep_last=0"], "checkpoint.keep_last=0 must be >= 1"),
         # failing late or raw before
-        (["rollout.top_k=-1"], "rollout.top_k=-1 must be >= 0"),
+        (["sampling.top_k=-1"], "sampling.top_k=-1 must be >= 0"),
         (["dataset.train_size=0"], "dataset.train_size=0 must be >= 1"),
         (["dataset.eval_size=0"], "dataset.eval_size=0 must be >= 1"),
         # siblings
-        (["rollout.top_p=0"], "rollout.top_p=0.0 must be in (0, 1]"),
-        (["rollout.top_p=1.5"], "rollout.top_p=1.5 must be in (0, 1]"),
+        (["sampling.top_p=0"], "sampling.top_p=0.0 must be in (0, 1]"),
+        (["sampling.top_p=1.5"], "sampling.top_p=1.5 must be in (0, 1]"),
         (["rollout.batch_size=0"], "rollout.batch_size=0 must be >= 1"),
         (["eval.temperature=-1"], "eval.temperature=-1.0 must be >= 0"),
         (["eval.num_samples=0"], "eval.num_samples=0 must be >= 1"),
@@ -151,7 +151,7 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["max_steps=0"], "max_steps=0 must be >= 1"),
         (["max_train_time=-1"], "max_train_time=-1.0 must be >= 0"),
         (["seed=-1"], "seed=-1 must be >= 0"),
-        (["hardware.micro_batch_size=0"], "hardware.micro_batch_size=0 must be >= 1"),
+        (["update.micro_batch_size=0"], "update.micro_batch_size=0 must be >= 1"),
         (
             ["rollout.vllm.gpu_memory_utilization=1.2"],
             "rollout.vllm.gpu_memory_utilization=1.2 must be in (0, 1]",
@@ -265,7 +265,7 @@ def test_cli_exits_nonzero_with_the_key_in_the_message(tmp_path):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["rollout.top_k=-1"], "rollout.top_k=-1 must be >= 0"),
+        (["sampling.top_k=-1"], "sampling.top_k=-1 must be >= 0"),
         (["reward.weights.accuracy=0", "reward.weights.format=0"], "sum to 0"),
         (["hydra.run.dir={file}/run"], "hydra.run.dir='{file}/run' is not writable"),
         (["optim.lrr=1"], "lrr"),  # Hydra's own compose error: exit 2 as well
@@ -376,7 +376,7 @@ def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrid
 def test_each_group_checks_itself_in_one_line(group, match):
     """A group's dataclass checks its own fields, without the rest of the config."""
     from pods import config
-    from pods.filter.greso import GresoConfig
+    from pods.prefilter.greso import GresoConfig
     from pods.rollout.vllm import VLLMSettings
 
     obj = eval(group, {**vars(config), "GresoConfig": GresoConfig, "VLLMSettings": VLLMSettings})
@@ -390,7 +390,7 @@ def test_each_group_checks_itself_in_one_line(group, match):
 
 def test_validate_returns_the_typed_groups(make_cfg):
     from pods.config import DynamicSamplingConfig
-    from pods.filter.greso import GresoConfig
+    from pods.prefilter.greso import GresoConfig
 
     typed = checked(make_cfg("arm=greso+dynamic_sampling+none-n16-m16"))
     assert typed.prefilter.name == "greso" and typed.prefilter.own() == GresoConfig()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pods.distributed import Dist
-from pods.eval import EvalSettings, evaluate
+from pods.eval import evaluate
 from pods.reward.registry import RewardOutput
 
 DIST = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
@@ -30,11 +30,13 @@ class FakeGenerator:
         return SimpleNamespace(texts=texts, completion_lengths=torch.tensor([len(t) for t in texts]))
 
 
-def settings(**kw) -> EvalSettings:
-    """The stage's settings as the default config gives them, with `kw` changed."""
-    from pods.config import TrainConfig
+def run(gen, **kw):
+    """evaluate() with the default config's eval group (`kw` changed) and sampling section; no chat template."""
+    from pods.config import EvalConfig, SamplingConfig
 
-    return dataclasses.replace(EvalSettings.from_config(TrainConfig()), **kw)
+    show = kw.pop("show", 0)
+    e = dataclasses.replace(EvalConfig(), **kw)
+    return evaluate(gen, exact, PROMPTS, GOLDS, e, SamplingConfig(temperature=0.9), False, DIST, show)
 
 
 def exact(texts, golds):
@@ -44,7 +46,7 @@ def exact(texts, golds):
 
 def test_greedy_accuracy_is_the_share_of_questions_answered_right():
     gen = FakeGenerator()
-    metrics, samples = evaluate(gen, exact, PROMPTS, GOLDS, settings(num_samples=3, log_completions=2), DIST)
+    metrics, samples = run(gen, num_samples=3, show=2)
     assert gen.calls == [([0, 1, 2, 3], 1, 0.0)]  # greedy: one sample each, whatever num_samples says
     assert metrics["eval/accuracy"] == 0.5 and metrics["eval/samples_per_question"] == 1.0  # q0, q1 right
     assert metrics["eval/questions"] == 4.0 and metrics["eval/accuracy_std_over_samples"] == 0.0
@@ -52,8 +54,7 @@ def test_greedy_accuracy_is_the_share_of_questions_answered_right():
 
 
 def test_sampled_accuracy_averages_over_questions_and_samples():
-    es = settings(num_samples=3, temperature=0.7)
-    metrics, _ = evaluate(FakeGenerator(), exact, PROMPTS, GOLDS, es, DIST)
+    metrics, _ = run(FakeGenerator(), num_samples=3, temperature=0.7)
     assert metrics["eval/accuracy"] == pytest.approx(5 / 12)  # 3 + 1 + 1 + 0 of 12 samples
     per_sample = torch.tensor([2 / 4, 1 / 4, 2 / 4])  # sample j's accuracy over the 4 questions
     assert abs(metrics["eval/accuracy_std_over_samples"] - per_sample.std().item()) < 1e-6

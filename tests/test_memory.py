@@ -16,6 +16,7 @@ from pods.config import settings
 from pods.errors import ConfigError
 from pods.memory import GIB, STATE_SHARE, architecture_config, model_size, state_bytes
 from pods.rollout import RolloutSettings
+from pods.rollout.hf import HFSettings
 from pods.train import preflight
 
 CUDA = torch.device("cuda", 0)
@@ -26,8 +27,8 @@ def fake_card(monkeypatch, gib: float) -> None:
 
 
 def choose_finetune(c, device):
-    """pods.memory.choose_finetune on typed settings: c with the chosen hardware group (c is frozen)."""
-    return replace(c, hardware=pods.memory.choose_finetune(RolloutSettings.from_config(c), c.algo, device))
+    """pods.memory.settle_hardware on typed settings: c with the chosen hardware and update groups."""
+    return pods.memory.settle_hardware(c, device)
 
 
 def kept_bytes(size, c, lora: bool, compiled: bool) -> int:
@@ -68,14 +69,14 @@ def test_full_fine_tune_state_is_16_bytes_a_parameter_plus_the_generation_copy(m
     size = pods.memory.ModelSize(params=1000, lora_params=10)
     assert kept_bytes(size, cfg, lora=False, compiled=False) == 16_000
     assert kept_bytes(size, cfg, lora=False, compiled=True) == 18_000  # + bf16 generation copy
-    # LoRA: the generation copy decodes from the policy's own bf16 base (rollout.share_weights, the default)
-    assert cfg.rollout.share_weights
+    # LoRA: the generation copy decodes from the policy's own bf16 base (rollout.hf.share_weights, the default)
+    assert HFSettings().share_weights
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160  # bf16 base, adapter
-    cfg = replace(cfg, rollout=replace(cfg.rollout, share_weights=False))
+    cfg = replace(cfg, rollout=replace(cfg.rollout, sections={"hf": HFSettings(share_weights=False)}))
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 2_000 + 160 + 2_000  # + a copy of its own
     cfg = replace(
         cfg,
-        rollout=replace(cfg.rollout, share_weights=True),
+        rollout=replace(cfg.rollout, sections={"hf": HFSettings(share_weights=True)}),
         hardware=replace(cfg.hardware, load_in_4bit=True),
     )
     assert kept_bytes(size, cfg, lora=True, compiled=True) == 500 + 160 + 2_000  # 4-bit bases are not shared
@@ -89,7 +90,7 @@ def test_3b_on_an_80_gib_card_trains_lora_and_says_why(make_cfg, monkeypatch, ca
     assert cfg.hardware.name == "auto" and not cfg.hardware.lora
     with caplog.at_level(logging.INFO, logger="pods"):
         cfg = choose_finetune(cfg, CUDA)
-    assert cfg.hardware.lora and cfg.hardware.gradient_checkpointing
+    assert cfg.hardware.lora and cfg.update.gradient_checkpointing
     assert "hardware=auto: LoRA" in caplog.text and "full fine-tune keeps 51.7 GiB" in caplog.text
 
 
@@ -122,7 +123,7 @@ def test_vllm_leaves_the_engine_its_share(make_cfg, monkeypatch):
     # 1.5B full state without a generation copy: 1.54e9 x 16 B = 23.0 GiB. 60% of 48 GiB = 28.8 GiB fits;
     # with vLLM holding 35% of the card, 18.7 GiB does not.
     fake_card(monkeypatch, 48)
-    hf = settings(make_cfg("model=qwen2.5-1.5b", "rollout.compile=false"))
+    hf = settings(make_cfg("model=qwen2.5-1.5b", "rollout.hf.compile=false"))
     hf = choose_finetune(hf, CUDA)
     vllm = checked(make_cfg("model=qwen2.5-1.5b", "rollout=vllm"))  # rollout.vllm's settings typed
     vllm = choose_finetune(vllm, CUDA)
@@ -202,3 +203,33 @@ def test_the_count_equals_what_a_real_step_allocates(make_cfg, overrides):
     optimizer.step()
     size = model_size(architecture_config(cfg.model.path), cfg.model.lora.r, cfg.model.lora.targets)
     assert _resident_bytes(model, optimizer, ref) == kept_bytes(size, cfg, cfg.hardware.lora, compiled=False)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_hardware_auto_takes_its_device_update_layout(make_cfg, lora):
+    """hardware=auto leaves the update's layout to the device: on a GPU what hardware=gpu (full fine-tune) or
+    hardware=gpu_lora sets, on a CPU nothing of it (the CPU default run is unchanged); set fields are kept."""
+    from pods.memory import settle_update_layout
+
+    def layout(name):
+        return settings(make_cfg(f"hardware={name}")).update
+
+    auto = layout("auto")
+    assert (auto.width_bucket, auto.row_bucket, auto.fused_logprobs) == (None, None, None)
+    gpu = settle_update_layout(auto, lora, torch.device("cuda", 0))
+    want = layout("gpu_lora" if lora else "gpu")
+    assert (gpu.width_bucket, gpu.row_bucket, gpu.fused_logprobs) == (
+        want.width_bucket,
+        want.row_bucket,
+        want.fused_logprobs,
+    )
+    cpu = settle_update_layout(auto, lora, torch.device("cpu"))
+    plain = layout("cpu")
+    assert (cpu.width_bucket, cpu.row_bucket, cpu.fused_logprobs) == (
+        plain.width_bucket,
+        plain.row_bucket,
+        plain.fused_logprobs,
+    )
+    mine = settle_update_layout(replace(auto, width_bucket=32), lora, torch.device("cuda", 0))
+    assert mine.width_bucket == 32 and mine.fused_logprobs is True
+    assert settle_update_layout(plain, lora, torch.device("cuda", 0)) is plain  # all set: unchanged

@@ -147,35 +147,3 @@ def test_canonical_device_names_the_cuda_index(monkeypatch):
     assert canonical_device("cuda") == torch.device("cuda", 1)
     assert canonical_device("cuda:0") == torch.device("cuda", 0)
     assert canonical_device(torch.device("cpu")) == torch.device("cpu")
-
-
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_hardware_auto_takes_its_device_update_layout(make_cfg, lora):
-    """hardware=auto leaves the update's layout to the device: on a GPU what hardware=gpu (full fine-tune) or
-    hardware=gpu_lora sets, on a CPU nothing of it (the CPU default run is unchanged); set fields are kept."""
-    from dataclasses import replace
-
-    from pods.models import settle_update_layout
-
-    def profile(name):
-        return settings(make_cfg(f"hardware={name}")).hardware
-
-    auto = replace(profile("auto"), lora=lora)
-    assert (auto.width_bucket, auto.row_bucket, auto.fused_logprobs) == (None, None, None)
-    gpu = settle_update_layout(auto, torch.device("cuda", 0))
-    want = profile("gpu_lora" if lora else "gpu")
-    assert (gpu.width_bucket, gpu.row_bucket, gpu.fused_logprobs) == (
-        want.width_bucket,
-        want.row_bucket,
-        want.fused_logprobs,
-    )
-    cpu = settle_update_layout(auto, torch.device("cpu"))
-    plain = profile("cpu")
-    assert (cpu.width_bucket, cpu.row_bucket, cpu.fused_logprobs) == (
-        plain.width_bucket,
-        plain.row_bucket,
-        plain.fused_logprobs,
-    )
-    mine = settle_update_layout(replace(auto, width_bucket=32), torch.device("cuda", 0))
-    assert mine.width_bucket == 32 and mine.fused_logprobs is True
-    assert settle_update_layout(plain, torch.device("cuda", 0)) is plain  # a profile with all set: unchanged

@@ -87,11 +87,11 @@ def test_every_model_preset_keeps_its_values(make_cfg, model):
     assert_survive(cfg, leaves("model", model), f"model={model}")
     r = cfg.model.recipe  # the stages follow the model's recipe ...
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.grad_clip) == (r.lr, r.weight_decay, r.grad_clip)
-    assert (cfg.rollout.temperature, cfg.algo.prompts_per_step) == (r.temperature, r.prompts_per_step)
+    assert (cfg.sampling.temperature, cfg.algo.prompts_per_step) == (r.temperature, r.prompts_per_step)
     if model == "headline":
-        assert cfg.rollout.temperature == 1.0
+        assert cfg.sampling.temperature == 1.0
     # ... and a command-line key=value still wins over the recipe
-    assert make_cfg(f"model={model}", "rollout.temperature=0.5").rollout.temperature == 0.5
+    assert make_cfg(f"model={model}", "sampling.temperature=0.5").sampling.temperature == 0.5
 
 
 @pytest.mark.parametrize(
@@ -194,5 +194,5 @@ def test_hub_model_presets_differ_only_in_name_and_path(make_cfg):
     first = cfgs[HUB_MODELS[0]]
     assert all(c == first for c in cfgs.values())
     assert first["model"]["lora"]["r"] == 64 and first["model"]["max_completion_len"] == 512
-    assert first["optim"]["lr"] == 5e-6 and first["rollout"]["temperature"] == 0.9
+    assert first["optim"]["lr"] == 5e-6 and first["sampling"]["temperature"] == 0.9
     assert first["algo"]["prompts_per_step"] == 1

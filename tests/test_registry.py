@@ -1,4 +1,4 @@
-"""Registries: a new file under pods/selection/ registers without editing __init__.py; bad names and
+"""Registries: a new file under pods/selector/ registers without editing __init__.py; bad names and
 unimportable plugins fail in one line. (README's plugin recipes run verbatim in tests/test_readme_recipes.py.)"""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_new_selector_file_under_pods_selection_registers_without_editing_init():
-    path = ROOT / "pods" / "selection" / f"zz_recipe_probe_{os.getpid()}.py"
+    path = ROOT / "pods" / "selector" / f"zz_recipe_probe_{os.getpid()}.py"
     path.write_text(
-        "from pods.selection.selectors import register_selector\n\n"
+        "from pods.selector.selectors import register_selector\n\n"
         "@register_selector('zz_probe')\ndef probe(rewards, m, generator=None):\n    return rewards[:, :m]\n"
     )
     try:
-        code = "from pods.selection import SELECTORS; print('zz_probe' in SELECTORS)"
+        code = "from pods.selector import SELECTORS; print('zz_probe' in SELECTORS)"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
         assert out.stdout.strip() == "True", out.stderr[-2000:]
@@ -76,7 +76,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(make_cfg):
 def test_the_backend_is_checked_in_preflight_before_anything_loads(make_cfg, monkeypatch, overrides, message):
     import pods.memory
 
-    monkeypatch.setattr(pods.memory, "choose_finetune", lambda *a: pytest.fail("sized"))
+    monkeypatch.setattr(pods.memory, "choose_lora", lambda *a: pytest.fail("sized"))
     with pytest.raises(ConfigError) as e:
         preflight(make_cfg(*overrides))
     assert message in str(e.value) and "\n" not in str(e.value)

@@ -1,5 +1,6 @@
 """Retired spellings are refused with a hint that names a spelling which works today."""
 
+import json
 import re
 import subprocess
 import sys
@@ -61,6 +62,10 @@ def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
         ("hardware.vllm_gpu_memory_utilization=0.5", "write rollout.vllm.gpu_memory_utilization"),
         ("selector.greso.max_rounds=4", "dynamic_sampling.max_rounds"),
         ("algo.scale_adv_by_std=false", "advantage.scale_by_std"),
+        ("hardware.micro_batch_size=8", "write update.micro_batch_size"),
+        ("hardware.update_sdpa=flash", "write update.sdpa"),
+        ("rollout.temperature=1.0", "write sampling.temperature"),
+        ("rollout.compile=false", "write rollout.hf.compile"),
     ],
 )
 def test_hint_names_the_new_spelling(arg, expect):
@@ -84,3 +89,63 @@ def test_the_cli_refuses_in_one_line_before_hydra():
     )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "prefilter=greso" in r.stderr
+
+
+def test_a_retired_key_in_an_open_groups_yaml_gets_the_same_line(make_cfg):
+    """`rollout:` takes a backend's section, so an old key there composes; the check names the new key."""
+    from pods.components import checked
+    from pods.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^rollout.compile is retired; write rollout.hf.compile$"):
+        checked(make_cfg("rollout.compile=false"))
+
+
+def test_a_retired_key_in_a_users_yaml_gets_the_same_line_from_the_cli(tmp_path):
+    """An old-layout hardware profile of one's own: Hydra stops composing it; the CLI names the new key."""
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "mine.yaml").write_text("name: mine\ndevice: cpu\nmicro_batch_size: 32\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "pods.train", "--config-dir", str(tmp_path), "hardware=mine"],
+        capture_output=True,
+        text=True,
+        cwd=CONF.parent,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "write update.micro_batch_size" in r.stderr
+
+
+def test_metrics_logged_under_retired_names_read_under_todays(tmp_path):
+    """Committed runs logged filter/* and timing/{filter,selection}; both readers of metrics.jsonl map them."""
+    from pods.analysis.load import read_jsonl
+    from pods.tracking import read_metrics
+
+    old = {
+        "kind": "train",
+        "step": 1,
+        "filter/skip_rate": 0.25,
+        "timing/filter": 0.1,
+        "timing/selection": 0.2,
+    }
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(old) + "\n")
+    want = {
+        "kind": "train",
+        "step": 1,
+        "prefilter/skip_rate": 0.25,
+        "timing/prefilter": 0.1,
+        "timing/selector": 0.2,
+    }
+    assert read_metrics(tmp_path / "metrics.jsonl") == [want] == read_jsonl(tmp_path / "metrics.jsonl")
+
+
+def test_compare_reads_a_retired_metric_name_from_old_and_new_runs(tmp_path):
+    from pods.analysis.load import load_runs
+
+    for seed, key in ((1, "filter/skip_rate"), (2, "prefilter/skip_rate")):
+        d = tmp_path / f"greso-n16-m16-s{seed}"
+        d.mkdir()
+        rec = {"kind": "train", "step": 1, "train_time": 1.0, "rollouts": 16, key: 0.25}
+        (d / "metrics.jsonl").write_text(json.dumps(rec) + "\n")
+    for asked in ("filter/skip_rate", "prefilter/skip_rate"):
+        df = load_runs(tmp_path, asked)
+        assert sorted(df.seed.astype(str)) == ["1", "2"] and set(df.value) == {0.25}

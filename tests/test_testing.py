@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.config import ConfigError, settings
-from pods.filter import NoFilter
-from pods.filter.greso import GresoConfig
+from pods.prefilter import NoFilter
+from pods.prefilter.greso import GresoConfig
 from pods.reward import Grader
 from pods.rollout import BACKENDS, Backend, HFGenerator, RolloutSettings, check_backend, register_backend
 from pods.rollout.backend import check_generate_signature

@@ -63,7 +63,7 @@ def test_every_logged_metric_is_bound_to_the_training_clock():
     globs = [name for name, step in run.defined if step == STEP_METRIC]
     # namespaces a training run logs (metrics.jsonl), not only eval/* and train/*
     logged = ["eval/accuracy", "train/step", "reward/mean", "timing/step", "selector/kept_reward_std"]
-    logged += ["filter/skip_rate", "rollout/tokens", "update/loss", "counters/prompts", "rollouts"]
+    logged += ["prefilter/skip_rate", "rollout/tokens", "update/loss", "counters/prompts", "rollouts"]
     assert all(any(fnmatchcase(key, g) for g in globs) for key in logged)
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from pods.analysis.errors import CompareError
+from pods.spelling import current_metric, current_metrics
 
 X_AXES = ("train_time", "step", "rollouts")
 DEFAULT_METRIC = "eval/accuracy"
@@ -74,7 +75,8 @@ def find_run_dirs(path: Path, max_depth: int = 3) -> list[Path]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Records of a jsonl file, skipping a torn last line from a killed run."""
+    """Records of a jsonl file, skipping a torn last line from a killed run; metrics under today's names
+    (`filter/skipped` written before one word per stage is read as `prefilter/skipped`)."""
     records = []
     for line in Path(path).read_text().splitlines():
         try:
@@ -82,7 +84,7 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
         if isinstance(rec, dict):
-            records.append(rec)
+            records.append(current_metrics(rec))
     return records
 
 
@@ -162,8 +164,9 @@ def load_runs(
     metric: str = DEFAULT_METRIC,
     name_pattern: str = DEFAULT_NAME_PATTERN,
 ) -> pd.DataFrame:
-    """Tidy table of every run dir found in `paths` (run dirs or sweep dirs)."""
-    paths = [paths] if isinstance(paths, (str, Path)) else paths
+    """Tidy table of every run dir found in `paths` (run dirs or sweep dirs); a metric asked for by a retired
+    name (`filter/skip_rate`) is read under today's, as every record is."""
+    paths, metric = [paths] if isinstance(paths, (str, Path)) else paths, current_metric(metric)
     run_dirs = [d for p in paths for d in find_run_dirs(Path(p))]
     if not run_dirs:
         raise CompareError(f"no run dir (with metrics.jsonl) in {', '.join(str(p) for p in paths)}")

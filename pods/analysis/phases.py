@@ -15,7 +15,10 @@ from pathlib import Path
 
 from pods.tracking import read_metrics
 
-PHASES = ("filter", "generation", "reward", "selection", "update")
+# column -> the stage's timer; the columns keep the words of the tables already committed (results/*/phases.md),
+# which regenerate byte for byte from runs that logged timing/filter and timing/selection
+PHASES = {"filter": "prefilter", "generation": "generation", "reward": "reward", "selection": "selector",
+          "update": "update"}  # fmt: skip
 
 
 def run_totals(run: Path) -> dict:
@@ -25,11 +28,11 @@ def run_totals(run: Path) -> dict:
         "train clock s": train[-1]["train_time"] if train else 0.0,
         "rollouts": sum(r.get("rollout/rollouts", 0) for r in train),
         "prompts drawn": sum(r.get("rollout/prompts_drawn", 0) for r in train),
-        "skipped before rollout": sum(r.get("filter/skipped", 0) for r in train),
+        "skipped before rollout": sum(r.get("prefilter/skipped", 0) for r in train),
         "zero-var groups dropped": sum(r.get("rollout/dropped_zero_var", 0) for r in train),
     }
-    for p in PHASES:
-        out[f"{p} s"] = sum(r.get(f"timing/{p}", 0.0) for r in train)
+    for column, timer in PHASES.items():
+        out[f"{column} s"] = sum(r.get(f"timing/{timer}", 0.0) for r in train)
     out["s/step"] = out["train clock s"] / max(len(train), 1)
     out["generation ms/rollout"] = 1e3 * out["generation s"] / max(out["rollouts"], 1)
     lengths = [r["completions/mean_length"] for r in train if "completions/mean_length" in r]

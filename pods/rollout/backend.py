@@ -2,11 +2,13 @@
 
 A backend is a class registered with `@register_backend("name")`; `rollout.backend=name` then builds it
 through `from_config(settings, model, tokenizer, device, timer)`. `settings` is a `RolloutSettings`: the
-rollout group and the model and hardware groups generation depends on, typed (pods/config.py), not the
-whole config. Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs about it,
+rollout group (the backend's own knobs in its section, `rollout.<name>.*`) and the model and hardware groups
+generation depends on, typed (pods/config.py), not the whole config; how to sample comes with each
+generate() call (the sampling section, or eval's temperature). Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs about it,
 so no other module asks which backend is configured:
 
     supports_fsdp                          can it run beside hardware.distributed=fsdp (config check)
+    check(settings)                        config checks relating its own knobs to the other groups
     preflight(settings)                    checks before any weights load (an engine installed, its version)
     card_share(settings)                   share of the GPU its own engine takes (pods/memory.py sizes the rest)
     keeps_generation_copy(settings, device)  whether it keeps a copy of the weights in the compute dtype
@@ -113,6 +115,10 @@ class Backend:
         raise NotImplementedError(f"{cls.__name__}.from_config")
 
     @staticmethod
+    def check(settings: RolloutSettings) -> None:
+        pass
+
+    @staticmethod
     def preflight(settings: RolloutSettings) -> None:
         pass
 
@@ -143,7 +149,7 @@ def backend_class(name: str) -> type[Backend]:
 def check_backend(settings: RolloutSettings) -> type[Backend]:
     """The config checks that depend on the backend (run by pods.components.resolve, which has checked that
     rollout.backend is registered): its generate() takes what the loop and eval pass (the Generator
-    protocol), and it supports the hardware profile."""
+    protocol), it supports the hardware profile, and its own checks (Backend.check)."""
     name = settings.rollout.backend
     cls = backend_class(name)
     try:
@@ -154,6 +160,7 @@ def check_backend(settings: RolloutSettings) -> type[Backend]:
         raise ConfigError(
             f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
         )
+    cls.check(settings)
     return cls
 
 

@@ -11,36 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pods.batch import Rollouts, Sampling
-from pods.config import add_special_tokens
-
-
-@dataclass(frozen=True)
-class CollectSettings:
-    """What collection needs from the config: algo.prompts_per_step, selector.n, rollout sampling and
-    dynamic_sampling.* (defaults: pods.config.DynamicSamplingConfig)."""
-
-    prompts_per_step: int
-    n: int  # rollouts per prompt
-    sampling: Sampling
-    dynamic_sampling: bool
-    oversample: float  # dynamic sampling: extra prompts drawn per round
-    max_rounds: int  # dynamic sampling: generation rounds per step before training on a short batch
-    add_special_tokens: bool  # prompts without a chat template get the tokenizer's BOS etc.
-
-    @classmethod
-    def from_config(cls, cfg) -> CollectSettings:
-        """From the typed config (pods.config.settings) or the composed one."""
-        r, ds = cfg.rollout, cfg.dynamic_sampling
-        return cls(
-            prompts_per_step=cfg.algo.prompts_per_step,
-            n=cfg.selector.n,
-            sampling=Sampling(r.temperature, r.top_p, r.top_k),
-            dynamic_sampling=ds.enabled,
-            oversample=ds.oversample,
-            max_rounds=ds.max_rounds,
-            add_special_tokens=add_special_tokens(cfg.model),
-        )
+from pods.batch import Rollouts
+from pods.config import DynamicSamplingConfig, SamplingConfig
 
 
 @dataclass
@@ -60,7 +32,7 @@ class CollectStats:
     terms: dict[str, list[float]] = field(default_factory=dict)
 
     def metrics(self, dist, n: int) -> dict[str, float]:
-        """reward/*, rollout/* and filter/* of the step (whole batch; call on every rank)."""
+        """reward/*, rollout/* and prefilter/* of the step (whole batch; call on every rank)."""
         flat = lambda ts: torch.cat([t.flatten() for t in ts]) if ts else torch.zeros(0)  # noqa: E731
         rewards, correct = flat(self.all_rewards), flat(self.all_correct)
         out = {
@@ -76,8 +48,8 @@ class CollectStats:
             "rollout/dropped_zero_var": float(self.dropped_zero_var),
             "rollout/rollouts": float(self.rollouts),
             "rollout/tokens": float(self.tokens),
-            "filter/skipped": float(self.skipped),
-            "filter/rollouts_avoided": float(self.skipped * n),
+            "prefilter/skipped": float(self.skipped),
+            "prefilter/rollouts_avoided": float(self.skipped * n),
         }
         for k in sorted(self.terms):  # every rank has the same reward terms
             v = dist.gather(torch.tensor(self.terms[k], dtype=torch.float32))
@@ -102,9 +74,16 @@ def useful_groups(rewards: torch.Tensor, want: int) -> list[int]:
 
 
 class RolloutCollector:
+    """One step's groups: `prompts_per_step` prompts (algo's) with `n` rollouts each (selector.n), sampled as
+    `sampling` says, refilled as `ds` (dynamic_sampling) says; `add_special_tokens`: pods.config's rule."""
+
     def __init__(
         self,
-        settings: CollectSettings,
+        ds: DynamicSamplingConfig,
+        sampling: SamplingConfig,
+        prompts_per_step: int,
+        n: int,
+        add_special_tokens: bool,
         sampler,
         prefilter,
         generator,
@@ -114,7 +93,9 @@ class RolloutCollector:
         timer,
         dist,
     ):
-        self.s, self.sampler, self.prefilter, self.dist = settings, sampler, prefilter, dist
+        self.ds, self.sampling, self.want, self.n = ds, sampling, prompts_per_step, n
+        self.add_special_tokens = add_special_tokens
+        self.sampler, self.prefilter, self.dist = sampler, prefilter, dist
         self.generator, self.reward_fn, self.timer = generator, reward_fn, timer
         self.prompts, self.answers = prompts, answers
         self.zero_var_ratio = 0.0  # running estimate used to size dynamic-sampling rounds
@@ -143,9 +124,9 @@ class RolloutCollector:
         """Prompts to draw this round: with dynamic sampling, enough to expect `remaining` useful groups
         (remaining / (1 - zero-variance ratio) x oversample); a multiple of the number of ranks."""
         k, w = remaining, self.dist.world
-        if self.s.dynamic_sampling:
+        if self.ds.enabled:
             frac_useful = max(1.0 - self.zero_var_ratio, 0.1)
-            k = max(remaining, math.ceil(remaining / frac_useful * self.s.oversample))
+            k = max(remaining, math.ceil(remaining / frac_useful * self.ds.oversample))
         return math.ceil(k / w) * w
 
     def score(self, r: Rollouts, stats: CollectStats) -> None:
@@ -162,16 +143,16 @@ class RolloutCollector:
             stats.terms.setdefault(k, []).extend(v)
 
     def generate(self, pids: list[int]) -> Rollouts:
-        s = self.s
+        s = self.sampling
         with self.timer.phase("generation"), self.dist.full_weights(self.generator.reads_policy):
             return self.generator.generate(
                 [self.prompts[p] for p in pids],
                 pids,
-                s.n,
-                s.sampling.temperature,
-                s.sampling.top_p,
-                s.sampling.top_k,
-                add_special_tokens=s.add_special_tokens,
+                self.n,
+                s.temperature,
+                s.top_p,
+                s.top_k,
+                add_special_tokens=self.add_special_tokens,
             )
 
     def collect(self) -> tuple[Rollouts | None, CollectStats]:
@@ -180,13 +161,12 @@ class RolloutCollector:
         Every rank draws the same prompts and generates for its shard; rewards are gathered, so the
         filter's memory and the dynamic-sampling decisions are identical on all ranks.
         """
-        s, dist = self.s, self.dist
-        want, parts, have = s.prompts_per_step, [], 0
+        dist, want, parts, have = self.dist, self.want, [], 0
         stats = CollectStats()
-        max_rounds = s.max_rounds if s.dynamic_sampling else 1
+        max_rounds = self.ds.max_rounds if self.ds.enabled else 1
         while have < want and stats.rounds < max_rounds:
             stats.rounds += 1
-            with self.timer.phase("filter"):
+            with self.timer.phase("prefilter"):
                 picked = self.draw(self.round_size(want - have), stats)
             if len(picked) < dist.world:
                 break
@@ -202,9 +182,9 @@ class RolloutCollector:
             stats.generated_groups += all_rewards.shape[0]
             stats.all_rewards.append(all_rewards)
             stats.all_correct.append(all_correct)
-            with self.timer.phase("filter"):  # the prefilter remembers each prompt's outcome
+            with self.timer.phase("prefilter"):  # the prefilter remembers each prompt's outcome
                 self.prefilter.observe(dist.unshard_order([p for p, _ in picked]), picked[0][1], all_correct)
-            if s.dynamic_sampling:
+            if self.ds.enabled:
                 useful = useful_groups(all_rewards, want - have)  # positions in the gathered batch
                 stats.dropped_zero_var += all_rewards.shape[0] - len(useful)
                 zero_var = (all_rewards.max(1).values == all_rewards.min(1).values).float().mean().item()

@@ -34,7 +34,7 @@ class GenerationCopy:
     `sync(model)` copies the training weights in place (fixed addresses: compiled graphs stay valid). With
     peft LoRA the copy holds base + B @ A * scale for every adapted layer: generation never runs the adapter.
 
-    `share=True` (LoRA, `rollout.share_weights`): no second copy of the model. Every frozen weight that is
+    `share=True` (LoRA, `rollout.hf.share_weights`): no second copy of the model. Every frozen weight that is
     already in the compute dtype is the policy's own tensor; an adapted layer's base weight is merged in place
     before decoding (`merge`) and put back exactly after it (`restore`) from a pinned host copy of the frozen
     base, read once at start. Costs one host-to-device copy of the adapted weights per rollout batch.
@@ -121,7 +121,7 @@ class GenerationCopy:
             return
         if any(getattr(c, "use_dora", False) for c in getattr(model, "peft_config", {}).values()):
             raise ValueError(
-                "rollout.compile: a DoRA adapter cannot be merged here; use rollout.compile=false"
+                "rollout.hf.compile: a DoRA adapter cannot be merged here; use rollout.hf.compile=false"
             )
         for name, mod in model.named_modules():
             if not (hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer")):
@@ -164,7 +164,7 @@ class GenerationCopy:
         if lost:
             raise ValueError(
                 f"generation copy: trained weights {lost[:4]} have no place in the copy (tied or renamed "
-                "modules); use rollout.compile=false"
+                "modules); use rollout.hf.compile=false"
             )
         for name, w in self._merged(model, lambda n: n not in self.backup):
             dsts[name].copy_(w)

@@ -3,10 +3,10 @@
 Two paths, one sampling distribution:
 
 - dynamic (CPU default): `generate` on the training model itself, dynamic KV cache, shapes as they come.
-- compiled (CUDA default, `rollout.compile`): a copy of the policy in the compute dtype (bf16), refreshed
+- compiled (CUDA default, `rollout.hf.compile`): a copy of the policy in the compute dtype (bf16), refreshed
   in place after every update (LoRA adapters merged into it, so decoding costs what the base model costs),
   a static KV cache and a decode step compiled and replayed as one CUDA graph per token, sampling and stop
-  bookkeeping included (`rollout.loop=graph`, pods/rollout/step_graph.py; `generate` keeps transformers'
+  bookkeeping included (`rollout.hf.loop=graph`, pods/rollout/step_graph.py; `generate` keeps transformers'
   loop around its automatic torch.compile of the forward). A decode step on a small policy is bound by
   kernel launches, not by the GPU: compiling it is what makes extra rollouts nearly free, the regime PODS
   is built for. Shapes are fixed so a run compiles a handful of times: prompts are left-padded to a
@@ -17,10 +17,10 @@ Two paths, one sampling distribution:
   (pods/rollout/attention.py), and the host does not wait for the GPU every token (the graph loop reads
   the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy
   can be the policy's own base (pods/rollout/gen_copy.py). The graph loop frees its static caches and
-  graphs after each generate call (`rollout.release_cache`), so the update can use that memory; the next
+  graphs after each generate call (`rollout.hf.release_cache`), so the update can use that memory; the next
   call allocates them again and captures after two eager steps. A copy of its own (full fine-tune, or LoRA
   without share_weights) reads q/k/v and gate/up as one GEMM each in the graph loop
-  (`rollout.fuse_projections`, pods/rollout/fused.py).
+  (`rollout.hf.fuse_projections`, pods/rollout/fused.py).
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pods.batch import Rollouts, Sampling
+from pods.errors import ConfigError, at_least, choice
 from pods.models import canonical_device
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
@@ -89,30 +91,69 @@ class _StopRows(StoppingCriteria):
         return self.done
 
 
+@dataclass(frozen=True)
+class HFSettings:
+    """The HF backend's own knobs, `rollout.hf.*` (all but `compile` act only on the compiled path)."""
+
+    compile: str = "auto"  # static KV cache + compiled decoding; auto = on CUDA only | true | false
+    prompt_bucket: int = 64  # compiled: prompts are left-padded to a multiple of this (fewer shapes)
+    share_weights: bool = True  # compiled + LoRA: decode on the policy's own base with the adapter
+    # merged in place (restored from a host copy after), instead of a second bf16 copy of the model
+    size_cache_to_prompt: bool = False  # compiled: static cache of this prompt width + new tokens, not
+    # the widest: less KV read per decode step, one more compile per prompt width (20-35 s each)
+    loop: str = "graph"  # compiled: graph (the whole decode step, sampling included, replayed as one
+    # CUDA graph per token: pods/rollout/step_graph.py; one static cache per chunk row count) | generate
+    # (transformers' generate loop around a compiled forward)
+    release_cache: bool = True  # graph loop: free the static cache and the captured graphs after each
+    # generate call (the update gets that memory; the next call allocates and captures again)
+    fuse_projections: bool = True  # graph loop with a generation copy of its own (full fine-tune, or
+    # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
+
+    def check(self) -> None:
+        choice("rollout.hf.compile", str(self.compile).lower(), ["auto", "true", "false"])
+        at_least("rollout.hf.prompt_bucket", self.prompt_bucket, 1)
+        choice("rollout.hf.loop", self.loop, ["generate", "graph"])
+
+
+def hf_settings(settings: RolloutSettings) -> HFSettings:
+    """rollout.hf's settings (typed by pods.components.resolve; the defaults if the section is unset, as for
+    a backend of another name that hands generation to this one)."""
+    own = settings.rollout.sections.get("hf")
+    return own if isinstance(own, HFSettings) else HFSettings(**(own or {}))
+
+
 def use_compiled(settings: RolloutSettings, device) -> bool:
-    """rollout.compile: auto = on for CUDA (decoding small batches is launch-bound there), off on CPU
+    """rollout.hf.compile: auto = on for CUDA (decoding small batches is launch-bound there), off on CPU
     (compiling costs tens of seconds; not measured faster there) and with a 4-bit base (its packed weights
     cannot be copied into the bf16 generation copy)."""
-    choice = str(settings.rollout.compile).lower()
-    if choice == "auto":
+    compile_ = str(hf_settings(settings).compile).lower()
+    if compile_ == "auto":
         return device.type == "cuda" and not settings.hardware.load_in_4bit
-    return choice == "true"
+    return compile_ == "true"
 
 
-@register_backend("hf")
+@register_backend("hf", settings=HFSettings)
 class HFGenerator(Backend):
     @classmethod
     def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> HFGenerator:
         from pods.models import resolve_dtype
 
-        r, m = settings.rollout, settings.model
+        r, m, hf = settings.rollout, settings.model, hf_settings(settings)
         return cls(
             model, tokenizer, device, r.batch_size, m.max_completion_len,
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
-            prompt_bucket=r.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
-            share_weights=r.share_weights, size_cache_to_prompt=r.size_cache_to_prompt, loop=r.loop,
-            release_cache=r.release_cache, fuse_projections=r.fuse_projections,
+            prompt_bucket=hf.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
+            share_weights=hf.share_weights, size_cache_to_prompt=hf.size_cache_to_prompt, loop=hf.loop,
+            release_cache=hf.release_cache, fuse_projections=hf.fuse_projections,
         )  # fmt: skip
+
+    @staticmethod
+    def check(settings: RolloutSettings) -> None:
+        if str(hf_settings(settings).compile).lower() == "true" and settings.hardware.load_in_4bit:
+            raise ConfigError(
+                "rollout.hf.compile=true needs a bf16 copy of the weights, which a 4-bit base "
+                "(hardware.load_in_4bit=true) cannot give; use rollout.hf.compile=auto or false"
+            )
 
     @staticmethod
     def keeps_generation_copy(settings: RolloutSettings, device) -> bool:
@@ -146,7 +187,7 @@ class HFGenerator(Backend):
         # CUDA only: transformers' deferred check records device events (a CPU has none)
         self.defer_stop = compiled and self.device.type == "cuda" if defer_stop is None else defer_stop
         if loop not in ("generate", "graph"):
-            raise ValueError(f"rollout.loop={loop!r} is not valid; allowed values: generate, graph")
+            raise ValueError(f"rollout.hf.loop={loop!r} is not valid; allowed values: generate, graph")
         self.loop = loop if compiled else "generate"  # the graph loop decodes the static-cache copy
         self.step_decoders: dict[tuple[int, int], StepDecoder] = {}  # (rows, cache length) -> its decoder
         self.release_cache = release_cache  # graph loop: caches and graphs freed after each generate()

@@ -74,7 +74,7 @@ class StepDecoder:
     `out` (B, cache_len) at the cache column where they are fed. `capture=True` (CUDA): the decode step is
     compiled and captured as one CUDA graph per sampling setting after two eager steps, then replayed.
 
-    `release()` frees the cache's storage and drops the graphs between rollouts (rollout.release_cache): the
+    `release()` frees the cache's storage and drops the graphs between rollouts (rollout.hf.release_cache): the
     update can use that memory, and the next run allocates the cache again and captures anew after two
     eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
     guard, so a new address recompiles nothing).

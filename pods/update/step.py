@@ -10,6 +10,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pods.batch import Rollouts
+from pods.config import AlgoConfig, OptimConfig, UpdateConfig
 from pods.update.layout import micro_view, pad_rows, plan_micro_batches, row_lengths
 from pods.update.logprobs import linear_token_logprobs, token_logprobs
 from pods.update.loss import policy_loss
@@ -96,7 +97,7 @@ def completion_logprobs(
     return lp.gather(1, cols - first)
 
 
-# hardware.update_sdpa -> the backend tried first; the rest follow as fallbacks for calls it cannot take
+# update.sdpa -> the backend tried first; the rest follow as fallbacks for calls it cannot take
 SDPA_FIRST = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -113,43 +114,6 @@ def sdpa_preference(name: str):
         return nullcontext()
     first = SDPA_FIRST[name]
     return sdpa_kernel([first, *(b for b in SDPA_FIRST.values() if b != first)], set_priority=True)
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """What the update needs from the config (algo.*, optim.grad_clip, hardware micro-batching); no defaults
-    here: they are the config's (pods/config.py)."""
-
-    epsilon: float
-    epsilon_high: float | None
-    beta: float
-    mu: int
-    loss_agg: str
-    grad_clip: float  # 0 = off
-    micro_batch_size: int
-    micro_batch_tokens: int  # 0 = rows only
-    width_bucket: int  # 0 = each micro-batch cut to its own width
-    row_bucket: int  # 0 = each micro-batch its own row count (pad_rows)
-    fused_logprobs: bool  # head + log-prob a chunk at a time: no (B, Lc, V) logits
-    sdpa: str  # hardware.update_sdpa: the attention kernel tried first (sdpa_preference)
-
-    @classmethod
-    def from_config(cls, cfg) -> UpdateSettings:
-        a, hw = cfg.algo, cfg.hardware
-        return cls(
-            epsilon=a.epsilon,
-            epsilon_high=a.epsilon_high,
-            beta=a.beta,
-            mu=a.mu,
-            loss_agg=a.loss_agg,
-            grad_clip=cfg.optim.grad_clip,
-            micro_batch_size=hw.micro_batch_size,
-            micro_batch_tokens=hw.micro_batch_tokens,
-            width_bucket=hw.width_bucket,
-            row_bucket=hw.row_bucket,
-            fused_logprobs=hw.fused_logprobs,
-            sdpa=hw.update_sdpa,
-        )
 
 
 @torch.no_grad()
@@ -192,9 +156,20 @@ class _Step:
 
 
 def policy_update(
-    model, batch: Rollouts | None, optimizer, scheduler, us: UpdateSettings, device, dist, ref_model=None
+    model,
+    batch: Rollouts | None,
+    optimizer,
+    scheduler,
+    algo: AlgoConfig,
+    layout: UpdateConfig,
+    optim: OptimConfig,
+    device,
+    dist,
+    ref_model=None,
 ) -> dict[str, float]:
-    """Run us.mu optimizer steps on `batch` (advantages set). Returns update/* metrics.
+    """Run algo.mu optimizer steps on `batch` (advantages set): the loss is algo's, the micro-batches are cut
+    and shaped as `layout` (the update section) says, gradients clipped at optim.grad_clip. Returns update/*
+    metrics.
 
     Rows whose advantage is exactly 0 (zero-variance groups) contribute no gradient when beta = 0, so
     they are left out of the forward/backward pass but still count in the loss normaliser: the
@@ -202,21 +177,24 @@ def policy_update(
     all ranks (`dist` turns each rank's loss into its share of the global mean). The update's gc seconds
     and, on CUDA, allocator counters come with the metrics (pods/update/probe.py).
     """
-    with UpdateProbe(device) as probe, sdpa_preference(us.sdpa):
-        stats = _update(model, batch, optimizer, scheduler, us, device, dist, ref_model)
+    with UpdateProbe(device) as probe, sdpa_preference(layout.sdpa):
+        stats = _update(
+            model, batch, optimizer, scheduler, algo, layout, optim.grad_clip, device, dist, ref_model
+        )
     return {**stats, **probe.metrics()}
 
 
 def _update(
-    model, batch, optimizer, scheduler, us: UpdateSettings, device, dist, ref_model
-) -> dict[str, float]:
+    model, batch, optimizer, scheduler, algo: AlgoConfig, layout: UpdateConfig, grad_clip: float, device, dist,
+    ref_model,
+) -> dict[str, float]:  # fmt: skip
     if batch is None:  # this rank got no groups this step
         adv, mask = torch.zeros(0), torch.zeros(0, 0)
     else:
         adv, mask = batch.advantages, batch.completion_mask
     num_tokens = max(dist.sum(float(mask.sum())), 1.0)
     num_seqs = max(dist.sum(float(len(adv))), 1.0)
-    live = adv != 0 if us.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
+    live = adv != 0 if algo.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
     rows = (
         torch.nonzero(live & (mask.sum(1) > 0)).squeeze(1) if len(adv) else torch.zeros(0, dtype=torch.long)
     )
@@ -230,35 +208,37 @@ def _update(
         "update/skipped": 0.0,
     }
     if global_rows == 0:  # every group had zero variance: nothing to learn, keep the schedule moving
-        for _ in range(us.mu):
+        for _ in range(algo.mu):
             scheduler.step()
         stats["update/skipped"] = 1.0
         return stats
     micro = (
-        plan_micro_batches(rows, *lengths, us.micro_batch_size, us.micro_batch_tokens) if len(rows) else []
+        plan_micro_batches(rows, *lengths, layout.micro_batch_size, layout.micro_batch_tokens)
+        if len(rows)
+        else []
     )
     passes = dist.passes(len(micro))  # FSDP: every rank runs as many passes as the busiest one
     fwd = dist.forward_passes(len(micro))
-    wb, rb, fu = us.width_bucket, us.row_bucket, us.fused_logprobs
-    old = batch_logprobs(model, batch, micro, device, dist, fwd, wb, fu, rb) if us.mu > 1 and fwd else None
+    wb, rb, fu = layout.width_bucket, layout.row_bucket, layout.fused_logprobs
+    old = batch_logprobs(model, batch, micro, device, dist, fwd, wb, fu, rb) if algo.mu > 1 and fwd else None
     ref = (
         batch_logprobs(ref_model, batch, micro, device, bucket=wb, row_bucket=rb)
-        if us.beta > 0 and len(rows)
+        if algo.beta > 0 and len(rows)
         else None
     )
     step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
     tot.update(width_max=0, masked=0.0, new_shapes=0.0)  # this rank's micro-batch shapes (not summed)
-    for _ in range(us.mu):
+    for _ in range(algo.mu):
         optimizer.zero_grad(set_to_none=True)
         for i in range(passes):
             with dist.no_sync(model, enabled=i < passes - 1):  # one gradient reduction per step
                 if i < len(micro):
-                    _micro_step(model, step, micro[i], us, device, dist, tot)
+                    _micro_step(model, step, micro[i], algo, layout, device, dist, tot)
                 else:  # a rank with fewer rows still joins every collective
                     dist.empty_backward(model, device)
-        max_norm = us.grad_clip if us.grad_clip > 0 else math.inf
+        max_norm = grad_clip if grad_clip > 0 else math.inf
         gnorm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)  # FSDP: a DTensor
         if not math.isfinite(gnorm):  # never let a NaN/inf gradient reach the weights
@@ -267,8 +247,8 @@ def _update(
         else:
             optimizer.step()
         scheduler.step()
-        tot["grad_norm"] += gnorm / us.mu
-    live_tokens = max(stats["update/tokens"] * us.mu, 1.0)
+        tot["grad_norm"] += gnorm / algo.mu
+    live_tokens = max(stats["update/tokens"] * algo.mu, 1.0)
     stats.update(
         {
             "update/loss": dist.sum(tot["loss"]),
@@ -281,7 +261,7 @@ def _update(
             # columns), how many passed a padding mask, how many had a shape not trained on before
             "update/micro_batches": float(len(micro)),
             "update/width_max": float(tot["width_max"]),
-            "update/masked_micro_batches": tot["masked"] / us.mu,
+            "update/masked_micro_batches": tot["masked"] / algo.mu,
             "update/new_shapes": tot["new_shapes"],
         }
     )
@@ -293,31 +273,33 @@ def _update(
 _SEEN_SHAPES: set[tuple[int, int, bool]] = set()
 
 
-def _micro_step(model, step: _Step, mb: torch.Tensor, us: UpdateSettings, device, dist, tot: dict) -> None:
+def _micro_step(
+    model, step: _Step, mb: torch.Tensor, algo: AlgoConfig, layout: UpdateConfig, device, dist, tot: dict
+) -> None:
     b = step.batch
-    idx = pad_rows(mb, us.row_bucket)  # (R,) mb, then padding rows that count for nothing
+    idx = pad_rows(mb, layout.row_bucket)  # (R,) mb, then padding rows that count for nothing
     real = torch.arange(len(idx)) < len(mb)  # (R,)
-    ids, am, pw, cw, plens = micro_view(b, idx, step.lengths, device, us.width_bucket)
+    ids, am, pw, cw, plens = micro_view(b, idx, step.lengths, device, layout.width_bucket)
     shape = (len(idx), ids.shape[1], am is not None)
     tot["width_max"] = max(tot["width_max"], ids.shape[1])
     tot["masked"] += float(am is not None)
     tot["new_shapes"] += float(shape not in _SEEN_SHAPES)
     _SEEN_SHAPES.add(shape)
-    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, us.fused_logprobs, plens, cw)
+    logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, layout.fused_logprobs, plens, cw)
     loss, st = policy_loss(
         logp,
         step.old[idx, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
         torch.where(real, b.advantages[idx], 0.0).to(device, logp.dtype),
         (b.completion_mask[idx, :cw] * real[:, None]).to(device),
-        us.epsilon,
-        us.epsilon_high,
+        algo.epsilon,
+        algo.epsilon_high,
         step.ref[idx, :cw].to(device) if step.ref is not None else None,
-        us.beta,
-        us.loss_agg,
+        algo.beta,
+        algo.loss_agg,
         step.num_tokens,
         step.num_seqs,
     )
     dist.backward_share(loss)  # the loss is already a global mean: each rank backpropagates its share
-    tot["loss"] += loss.item() / us.mu
+    tot["loss"] += loss.item() / algo.mu
     tot["clipped_tokens"] += st["clipped_tokens"].item()
     tot["kl_sum"] += st["kl_sum"].item()

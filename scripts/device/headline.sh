@@ -12,7 +12,7 @@ export OMP_NUM_THREADS=2
 timeout ${SWEEP_TIMEOUT:-470} python3 scripts/launch_parallel.py --out /tmp/sweep --gpus 4 --per-gpu 6 \
   --sweep seed=1,2,3,4 --sweep arm=none-n16-m16,max_variance-n64-m16,random-n64-m16,max_reward-n64-m16,none-n64-m64,greso+dynamic_sampling+max_variance-n64-m16 -- \
   model=headline model.path=/tmp/headline_model dataset=arithmetic_local hardware=gpu \
-  rollout.temperature=0.9 rollout.batch_size=512 optim.lr=1e-5 algo.prompts_per_step=8 max_steps=100000 \
+  sampling.temperature=0.9 rollout.batch_size=512 optim.lr=1e-5 algo.prompts_per_step=8 max_steps=100000 \
   max_train_time=200 eval.every_steps=0 eval.every_seconds=20 eval.at_start=true eval.batch_size=1024 \
   checkpoint.every_seconds=0 checkpoint.every_steps=0 checkpoint.save_final=false 2>&1 | tee "$OUTDIR/launch.log"
 cd /tmp && tar czf "$OUTDIR/sweep.tgz" sweep/*/metrics.jsonl sweep/*/run_info.json sweep/*/config.yaml \

@@ -20,7 +20,7 @@ export OMP_NUM_THREADS=2
 # The common setting (PLAN.md): 10.7M policy, easy chain sums, 2,035 held-out eval questions (greedy),
 # T=0.9, 8 prompts per step, 240 s of training clock, eval at the start and every 16 s (15 checkpoints T > 0).
 COMMON="model=headline model.path=/tmp/headline_model dataset=arithmetic_local dataset.eval_task=data/arithmetic/eval_2k.jsonl
-  hardware=gpu rollout.temperature=0.9 rollout.batch_size=512 algo.prompts_per_step=8 max_steps=100000
+  hardware=gpu sampling.temperature=0.9 rollout.batch_size=512 algo.prompts_per_step=8 max_steps=100000
   max_train_time=240 eval.every_steps=0 eval.every_seconds=16 eval.at_start=true eval.batch_size=1024
   checkpoint.every_seconds=0 checkpoint.every_steps=0 checkpoint.save_final=false"
 COMMON=$(echo $COMMON)  # one line: it is pasted into the bash -c commands below

@@ -38,12 +38,12 @@ source results/headline_v3/frozen.env 2>/dev/null || LR=1e-5  # the pilot runs a
 GRPO=none-n16-m16; PODS=max_variance-n64-m16
 # The common setting (PLAN.md): easy chain sums, 2,035 held-out eval questions (greedy), T=0.9, 8 prompts per
 # step, 240 s of training clock, eval at the start and every 10 s (24 checkpoints after 0), no checkpoints.
-COMMON="model=headline dataset=arithmetic_local $EVAL $HW rollout.temperature=0.9 algo.prompts_per_step=8
+COMMON="model=headline dataset=arithmetic_local $EVAL $HW sampling.temperature=0.9 algo.prompts_per_step=8
   max_steps=100000 max_train_time=$WINDOW eval.every_steps=0 eval.every_seconds=$EVERY eval.at_start=true
   checkpoint.every_seconds=0 checkpoint.every_steps=0 checkpoint.save_final=false optim.lr=$LR"
 COMMON=$(echo $COMMON)
 # Step cost, each run alone on a GPU: no eval, ALONE_S seconds of training clock (steps 3+ are read).
-ALONE="model=headline dataset=arithmetic_local $EVAL $HW rollout.temperature=0.9 algo.prompts_per_step=8
+ALONE="model=headline dataset=arithmetic_local $EVAL $HW sampling.temperature=0.9 algo.prompts_per_step=8
   max_steps=100000 max_train_time=$ALONE_S eval.every_steps=0 eval.every_seconds=0 eval.at_start=false
   checkpoint.every_seconds=0 checkpoint.every_steps=0 checkpoint.save_final=false optim.lr=$LR seed=399"
 ALONE=$(echo $ALONE)

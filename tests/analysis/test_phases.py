@@ -16,7 +16,7 @@ def _run(d: Path, steps: list[dict]) -> None:
 
 
 def test_means_over_seeds_of_run_totals(tmp_path, capsys):
-    step = {"rollout/rollouts": 16, "filter/skipped": 1, "timing/generation": 0.5, "timing/update": 0.25}
+    step = {"rollout/rollouts": 16, "prefilter/skipped": 1, "timing/generation": 0.5, "timing/update": 0.25}
     _run(tmp_path / "greso-n16-m16-s1", [step, step])  # totals: 32 rollouts, 2 skipped, 1.0 s gen
     _run(tmp_path / "greso-n16-m16-s2", [step, step, step, step])  # 64 rollouts, 4 skipped, 2.0 s gen
     _run(tmp_path / "none-n16-m16-s1", [{"rollout/rollouts": 16, "timing/generation": 0.25}])
@@ -32,3 +32,15 @@ def test_means_over_seeds_of_run_totals(tmp_path, capsys):
     assert g["s/step"] == "1.00" and g["generation ms/rollout"] == "31.25"  # 1000 x 0.5 s / 16 rollouts
     n = dict(zip(header, [c.strip(" |") for c in rows["none-n16-m16"]]))
     assert n["seeds"] == "1" and n["rollouts"] == "16.00" and n["skipped before rollout"] == "0.00"
+
+
+def test_runs_logged_before_one_word_per_stage_read_the_same(tmp_path, capsys):
+    """filter/* and the filter and selection timers (results/** logged them) count as prefilter and selector."""
+    old = {"filter/skipped": 2, "timing/filter": 0.125, "timing/selection": 0.5, "rollout/rollouts": 8}
+    new = {"prefilter/skipped": 2, "timing/prefilter": 0.125, "timing/selector": 0.5, "rollout/rollouts": 8}
+    tables = []
+    for name, step in (("old", old), ("new", new)):
+        _run(tmp_path / name / "greso-n16-m16-s1", [step])
+        main([str(tmp_path / name)])
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1] and "| 2.00 |" in tables[0] and "| 0.12 |" in tables[0]

@@ -20,7 +20,7 @@ from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS, SMOKE
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("filter/"))  # these runs have no prefilter
+COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("prefilter/"))  # these runs have no prefilter
 
 
 def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:

@@ -55,7 +55,7 @@ def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_
         "selector.n=8",
         "selector.m=4",
     ]
-    common.append(f"rollout.compile={compiled}")
+    common.append(f"rollout.hf.compile={compiled}")
     full = make_cfg(*common, run_dir=tmp_path / "full")
     run(full)
     # interrupted: stop after step 2 (checkpoint), then resume to step 4

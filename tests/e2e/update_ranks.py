@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pods.batch import Rollouts  # noqa: E402
 from pods.distributed import Dist  # noqa: E402
-from pods.update.step import UpdateSettings, policy_update  # noqa: E402
+from pods.update.step import policy_update  # noqa: E402
 from tests.conftest import random_qwen2  # noqa: E402
 from tests.update.test_causal_layout import _batch  # noqa: E402
 from tests.update.test_numerics import cfg  # noqa: E402
@@ -28,7 +28,7 @@ def main(out: str, kind: str) -> None:
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.25, -0.25])  # group 2: zero variance
     c = cfg()
-    c.hardware.distributed, c.hardware.micro_batch_size = kind, 2
+    c.hardware.distributed, c.update.micro_batch_size = kind, 2
     dist = Dist(c.hardware, torch.device("cpu"))
     model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
@@ -38,9 +38,7 @@ def main(out: str, kind: str) -> None:
     train_model, opt = dist.prepare(model, opt)
     mine = b.select_groups(dist.shard(list(range(b.num_groups))))  # this rank's groups
     mine.advantages = b.advantages.view(b.num_groups, 2)[dist.shard(list(range(b.num_groups)))].flatten()
-    stats = policy_update(
-        train_model, mine, opt, sched, UpdateSettings.from_config(c), torch.device("cpu"), dist
-    )
+    stats = policy_update(train_model, mine, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), dist)
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
     if weights is None:
         weights = dist.unwrap(train_model).state_dict()

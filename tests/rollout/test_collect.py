@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import torch
 
 from pods.batch import Rollouts, Sampling
+from pods.config import DynamicSamplingConfig, SamplingConfig
 from pods.data import PromptSampler
 from pods.distributed import Dist
-from pods.filter import NoFilter
+from pods.prefilter import NoFilter
 from pods.reward.registry import RewardOutput
-from pods.rollout.collect import CollectSettings, RolloutCollector, useful_groups
+from pods.rollout.collect import RolloutCollector, useful_groups
 from pods.timing import PhaseTimer
 
 # prompt i's completions: "1" (right) or "0" (wrong); prompts 0-3 all right, 4-7 all wrong, 8+ mixed
@@ -48,10 +49,7 @@ def reward(texts, golds):
 
 
 def collector(dynamic: bool, prefilter=None, want: int = 4, order=None):
-    s = CollectSettings(
-        want, 4, Sampling(0.7, 0.9, 5), dynamic_sampling=dynamic, oversample=1.25, max_rounds=6,
-        add_special_tokens=False,
-    )  # fmt: skip
+    ds = DynamicSamplingConfig(enabled=dynamic, oversample=1.25, max_rounds=6)
     sampler = PromptSampler(len(PROMPTS), seed=0)
     if order is not None:  # a fixed draw order
         draws = iter(order)
@@ -59,8 +57,9 @@ def collector(dynamic: bool, prefilter=None, want: int = 4, order=None):
     dist = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
     backend = FakeBackend()
     c = RolloutCollector(
-        s, sampler, prefilter or NoFilter(), backend, reward, PROMPTS, ["1"] * 16, PhaseTimer(), dist
-    )
+        ds, SamplingConfig(0.7, 0.9, 5), want, 4, False, sampler, prefilter or NoFilter(), backend, reward, PROMPTS,
+        ["1"] * 16, PhaseTimer(), dist,
+    )  # fmt: skip
     return c, backend
 
 

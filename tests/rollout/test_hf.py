@@ -174,8 +174,8 @@ def test_compile_auto_is_on_for_cuda_only_and_never_with_a_4bit_base(make_cfg):
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert not use_compiled(gen(), cpu) and use_compiled(gen(), cuda)
     assert not use_compiled(gen("hardware=gpu_lora", "hardware.load_in_4bit=true"), cuda)
-    assert use_compiled(gen("rollout.compile=true"), cpu)
-    assert not use_compiled(gen("rollout.compile=false"), cuda)
+    assert use_compiled(gen("rollout.hf.compile=true"), cpu)
+    assert not use_compiled(gen("rollout.hf.compile=false"), cuda)
 
 
 @pytest.mark.parametrize(
@@ -348,7 +348,7 @@ def test_graph_loop_on_cuda_matches_generate_and_replays_its_draws(cuda_tiny):
 
 @pytest.mark.gpu
 def test_released_graph_loop_on_cuda_recaptures_without_recompiling(cuda_tiny):
-    """CUDA only: with rollout.release_cache the cache has no storage between calls, the next call allocates
+    """CUDA only: with rollout.hf.release_cache the cache has no storage between calls, the next call allocates
     it again and captures anew without compiling again, and decodes what the generate loop decodes
     (greedy) and the same samples under a fixed seed."""
     from torch._dynamo.utils import counters

@@ -14,10 +14,13 @@ import torch
 
 pytest.importorskip("vllm")
 
-from pods.config import settings  # noqa: E402
+from pods.config import (
+    add_special_tokens,  # noqa: E402
+    settings,  # noqa: E402
+)
 from pods.data.prompts import load_prompt_sets  # noqa: E402
 from pods.distributed import Dist  # noqa: E402
-from pods.eval import EvalSettings, evaluate  # noqa: E402
+from pods.eval import evaluate  # noqa: E402
 from pods.models import load_policy, load_tokenizer  # noqa: E402
 from pods.reward import build_reward  # noqa: E402
 from pods.rollout import RolloutSettings  # noqa: E402
@@ -131,9 +134,10 @@ def test_eval_accuracy_through_vllm_equals_hf(setup, engine):
     mode, _, gen, hf = engine
     if mode == "lora":
         pytest.skip("a fresh adapter is a no-op: the same policy as the full mode's")
-    es, reward, dist = EvalSettings.from_config(cfg), build_reward(cfg.reward), Dist(cfg.hardware, CPU)
-    v, _ = evaluate(gen, reward, eval_set.prompts, eval_set.answers, es, dist)
-    h, _ = evaluate(hf, reward, eval_set.prompts, eval_set.answers, es, dist)
+    reward, dist = build_reward(cfg.reward), Dist(cfg.hardware, CPU)
+    stage = (cfg.eval, cfg.sampling, add_special_tokens(cfg.model), dist)
+    v, _ = evaluate(gen, reward, eval_set.prompts, eval_set.answers, *stage)
+    h, _ = evaluate(hf, reward, eval_set.prompts, eval_set.answers, *stage)
     assert v["eval/accuracy"] == h["eval/accuracy"] and 0 < h["eval/accuracy"] < 1
 
 

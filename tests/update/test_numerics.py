@@ -8,7 +8,7 @@ from pods.batch import Rollouts
 from pods.distributed import Dist
 from pods.rollout.collect import sanitize_rewards
 from pods.update import group_advantages
-from pods.update.step import UpdateSettings, policy_update
+from pods.update.step import policy_update
 
 
 class TinyLM(torch.nn.Module):
@@ -25,16 +25,15 @@ class TinyLM(torch.nn.Module):
 def cfg():
     return SimpleNamespace(
         algo=SimpleNamespace(beta=0.0, mu=1, epsilon=0.2, epsilon_high=None, loss_agg="token"),
-        hardware=SimpleNamespace(
+        hardware=SimpleNamespace(distributed="none"),
+        update=SimpleNamespace(
             micro_batch_size=2,
             micro_batch_tokens=0,
             width_bucket=0,
             row_bucket=0,
             fused_logprobs=False,
-            update_sdpa="auto",
-            distributed="none",
+            sdpa="auto",
         ),
-        rollout=SimpleNamespace(temperature=1.0),
         optim=SimpleNamespace(grad_clip=1.0),
     )
 
@@ -55,9 +54,17 @@ def run_update(adv, lengths=(3, 3, 3, 3)):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    us = UpdateSettings.from_config(cfg())
+    c = cfg()
     stats = policy_update(
-        model, batch(adv, lengths), opt, sched, us, torch.device("cpu"), Dist(cfg().hardware, None)
+        model,
+        batch(adv, lengths),
+        opt,
+        sched,
+        c.algo,
+        c.update,
+        c.optim,
+        torch.device("cpu"),
+        Dist(c.hardware, None),
     )
     changed = any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     finite = all(torch.isfinite(v).all() for v in model.state_dict().values())

@@ -13,7 +13,7 @@ from pods.distributed import Dist
 from pods.update import layout as layout_mod
 from pods.update import step as step_mod
 from pods.update.layout import plan_micro_batches
-from pods.update.step import UpdateSettings, policy_update
+from pods.update.step import policy_update
 from tests.conftest import random_qwen2
 from tests.update.test_causal_layout import _batch
 from tests.update.test_numerics import TinyLM, batch, cfg
@@ -54,10 +54,11 @@ def test_any_split_gives_the_same_update():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         c = cfg()
-        c.hardware.micro_batch_size, c.hardware.micro_batch_tokens = rows, tokens
-        c.hardware.width_bucket = bucket  # padded widths: more masked columns, the same gradient
-        us = UpdateSettings.from_config(c)
-        stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None))
+        c.update.micro_batch_size, c.update.micro_batch_tokens = rows, tokens
+        c.update.width_bucket = bucket  # padded widths: more masked columns, the same gradient
+        stats = policy_update(
+            model, b, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), Dist(c.hardware, None)
+        )
         results.append((stats["update/loss"], [p.detach().clone() for p in model.parameters()]))
     for loss, params in results[1:]:
         assert abs(loss - results[0][0]) < 1e-6
@@ -82,13 +83,23 @@ def test_bucketed_rows_and_widths_give_the_same_update_on_a_real_model(agg, mu, 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         c = cfg()
         c.algo.loss_agg, c.algo.mu, c.algo.beta = agg, mu, beta
-        c.hardware.micro_batch_size, c.hardware.fused_logprobs = 3, True  # micro-batches of 3 and 2 rows
-        c.hardware.width_bucket, c.hardware.row_bucket = width, rows
-        us = UpdateSettings.from_config(c)
+        c.update.micro_batch_size, c.update.fused_logprobs = 3, True  # micro-batches of 3 and 2 rows
+        c.update.width_bucket, c.update.row_bucket = width, rows
         ref = copy.deepcopy(model0) if beta else None
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(layout_mod, "CAUSAL_LAYOUT", causal)
-            stats = policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None), ref)
+            stats = policy_update(
+                model,
+                b,
+                opt,
+                sched,
+                c.algo,
+                c.update,
+                c.optim,
+                torch.device("cpu"),
+                Dist(c.hardware, None),
+                ref,
+            )
         if width:
             assert stats["update/width_max"] % width == 0 and stats["update/masked_micro_batches"] == 0
         results.append((stats["update/loss"], torch.cat([p.detach().flatten() for p in model.parameters()])))
@@ -119,9 +130,10 @@ def test_the_sdpa_backend_tried_first_does_not_change_the_update(first):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         c = cfg()
-        c.hardware.update_sdpa = choice
-        us = UpdateSettings.from_config(c)
-        policy_update(model, b, opt, sched, us, torch.device("cpu"), Dist(c.hardware, None))
+        c.update.sdpa = choice
+        policy_update(
+            model, b, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), Dist(c.hardware, None)
+        )
         out.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.allclose(out[0], out[1], atol=1e-5)
     assert not torch.equal(out[0], torch.cat([p.flatten() for p in model0.parameters()]))

@@ -24,7 +24,7 @@ class Prefilter(Protocol):
     def end_step(self, epoch: int) -> None: ...
 
     def metrics(self) -> dict[str, float]:
-        """The step's filter/* metrics."""
+        """The step's prefilter/* metrics."""
 
     def state_dict(self) -> dict: ...
 

@@ -18,7 +18,7 @@ def wasserstein1(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((fa - fb).abs() * xs.diff()).sum())
 
 
-def selection_metrics(all_rewards: torch.Tensor, kept_rewards: torch.Tensor) -> dict[str, float]:
+def selector_metrics(all_rewards: torch.Tensor, kept_rewards: torch.Tensor) -> dict[str, float]:
     """all_rewards: (P, n); kept_rewards: (P, m)."""
     zero_var = lambda r: (r.max(1).values - r.min(1).values == 0).double().mean().item()  # noqa: E731
     var = lambda r: r.double().var(1, unbiased=False).mean().item()  # noqa: E731

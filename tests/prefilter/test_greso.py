@@ -1,8 +1,16 @@
 import numpy as np
 import torch
 
-from pods.filter import GresoFilter, NoFilter
-from pods.filter.greso import EASY, HARD, MIXED, GresoConfig, group_outcome, keep_probability, zero_var_streak
+from pods.prefilter import GresoFilter, NoFilter
+from pods.prefilter.greso import (
+    EASY,
+    HARD,
+    MIXED,
+    GresoConfig,
+    group_outcome,
+    keep_probability,
+    zero_var_streak,
+)
 
 
 def cfg(**kw):

@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pods.selection import SELECTORS, downsample, register_selector
-from pods.selection.selectors import max_variance
+from pods.selector import SELECTORS, downsample, register_selector
+from pods.selector.selectors import max_variance
 
 
 def brute_force_best_var(row: list[float], m: int) -> float:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pods.errors import ConfigError, interval
-from pods.filter.registry import register_prefilter
+from pods.prefilter.registry import register_prefilter
 
 EASY, HARD, MIXED = 1, -1, 0
 
@@ -140,16 +140,16 @@ class GresoFilter:
         c = getattr(self, "last", self.step_counts)
         considered = max(c["considered"], 1)
         return {
-            "filter/p_easy": self.p[EASY],
-            "filter/p_hard": self.p[HARD],
-            "filter/considered": c["considered"],
-            "filter/skipped_easy": c["skipped_easy"],
-            "filter/skipped_hard": c["skipped_hard"],
-            "filter/skip_rate": (c["skipped_easy"] + c["skipped_hard"]) / considered,
-            "filter/skip_rate_easy": c["skipped_easy"] / considered,
-            "filter/skip_rate_hard": c["skipped_hard"] / considered,
-            "filter/zero_var_easy_ratio": c["easy"] / max(c["groups"], 1),
-            "filter/zero_var_hard_ratio": c["hard"] / max(c["groups"], 1),
+            "prefilter/p_easy": self.p[EASY],
+            "prefilter/p_hard": self.p[HARD],
+            "prefilter/considered": c["considered"],
+            "prefilter/skipped_easy": c["skipped_easy"],
+            "prefilter/skipped_hard": c["skipped_hard"],
+            "prefilter/skip_rate": (c["skipped_easy"] + c["skipped_hard"]) / considered,
+            "prefilter/skip_rate_easy": c["skipped_easy"] / considered,
+            "prefilter/skip_rate_hard": c["skipped_hard"] / considered,
+            "prefilter/zero_var_easy_ratio": c["easy"] / max(c["groups"], 1),
+            "prefilter/zero_var_hard_ratio": c["hard"] / max(c["groups"], 1),
         }
 
     def state_dict(self) -> dict:
