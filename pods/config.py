@@ -302,6 +302,10 @@ class UpdateConfig:
     # whole (rows, completion, vocab) logits (falls back to the logits with an adapted head or FSDP)
     sdpa: str = "auto"  # the SDPA kernel tried first: auto (torch's order; on Hopper torch 2.11 puts
     # cuDNN first) | flash | cudnn | efficient | math (the others stay as fallbacks)
+    # FSDP only: false keeps each layer's weights, all-gathered at its first forward of an optimizer step,
+    # until that step's last backward (one all-gather per layer per step instead of one per forward and one
+    # per backward of every micro-batch), at the memory of the full weights in the compute dtype
+    fsdp_reshard_after_forward: bool = True
 
     def check(self) -> None:
         at_least("update.micro_batch_size", self.micro_batch_size, 1)

@@ -99,6 +99,17 @@ class Dist:
             model.set_reshard_after_forward(True)
             model.set_reshard_after_forward(False, recurse=False)  # the root keeps its weights for backward
 
+    def keep_gathered(self, model, keep: bool, last: bool) -> None:
+        """FSDP, for one forward/backward pass of the update: with `keep`, a layer's gathered weights stay
+        from its forward to its backward, and after the backward too unless this is the step's `last` pass;
+        without it FSDP2's defaults (reshard after each forward and backward; the root keeps its weights for
+        the backward, as after full_weights). Otherwise nothing."""
+        if not self.fsdp:
+            return
+        model.set_reshard_after_forward(not keep)
+        model.set_reshard_after_forward(False, recurse=False)
+        model.set_reshard_after_backward(not keep or last)
+
     def full_state(self, model, optimizer) -> tuple[dict | None, dict]:
         """FSDP: (full model state dict, full optimizer state dict), gathered on all ranks (a collective),
         complete on rank 0. Otherwise (None, the optimizer's own state dict)."""

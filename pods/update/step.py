@@ -230,14 +230,19 @@ def _update(
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
     tot.update(width_max=0, masked=0.0, new_shapes=0.0)  # this rank's micro-batch shapes (not summed)
+    keep = not layout.fsdp_reshard_after_forward  # FSDP: one all-gather per layer per optimizer step
     for _ in range(algo.mu):
         optimizer.zero_grad(set_to_none=True)
         for i in range(passes):
+            if keep:
+                dist.keep_gathered(model, True, last=i == passes - 1)
             with dist.no_sync(model, enabled=i < passes - 1):  # one gradient reduction per step
                 if i < len(micro):
                     _micro_step(model, step, micro[i], algo, layout, device, dist, tot)
                 else:  # a rank with fewer rows still joins every collective
                     dist.empty_backward(model, device)
+        if keep:  # the last backward resharded every layer; back to FSDP2's defaults
+            dist.keep_gathered(model, False, last=True)
         max_norm = grad_clip if grad_clip > 0 else math.inf
         gnorm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)  # FSDP: a DTensor

@@ -6,9 +6,10 @@
 #   bash scripts/device/scaling.sh weak_0.5b      # full fine-tune, DDP and FSDP, 1/2/4 GPUs (6 launches)
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA DDP 1/4; 8 prompts x 64/16 DDP 1/4/2
 #   bash scripts/device/scaling.sh profile_0.5b   # the 4-GPU DDP and FSDP points, last step under torch.profiler
+#   bash scripts/device/scaling.sh fsdp_keep_0.5b # FSDP with update.fsdp_reshard_after_forward=false, 1/2/4 GPUs
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles) and table.md.
 set -o pipefail
-[ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b profile_0.5b"; exit 2; }
+[ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b profile_0.5b fsdp_keep_0.5b"; exit 2; }
 source scripts/device/setup.sh || exit 1
 OUTDIR=${OUT:-/tmp/scaling_out}; R=$OUTDIR/scaling; mkdir -p "$R"
 B="python3 scripts/bench_scaling.py --threads 2"
@@ -24,6 +25,8 @@ for n in "$@"; do
       --kv-heads 2 --intermediate 11008 --steps 6 ;;
     strong_0.5b) part 280 strong_0.5b --procs 1,4,2 --dist ddp --strong 8 --steps 5 ;;
     profile_0.5b) part 300 profile_0.5b --procs 4 --dist ddp,fsdp --steps 5 --profile ;;
+    fsdp_keep_0.5b) part 300 fsdp_keep_0.5b --procs 1,2,4 --dist fsdp --steps 6 \
+      --set update.fsdp_reshard_after_forward=false ;;
     *) echo "unknown part $n"; exit 2 ;;
   esac
 done

@@ -1,5 +1,6 @@
 """The same global batch gives the same update on 1 process and on 2 (gloo), under DDP and FSDP: loss
-normalisers are global totals, the gradient is reduced once per step, and the clip sees the global norm."""
+normalisers are global totals, the gradient is reduced once per step, and the clip sees the global norm.
+`fsdp_keep` keeps the gathered weights through the step (update.fsdp_reshard_after_forward=false)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _run(procs: int, kind: str, out: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep"])
 def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
     one = _run(1, "none", tmp_path / "one.pt")
     two = _run(2, kind, tmp_path / "two.pt")
@@ -39,3 +40,14 @@ def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
         torch.testing.assert_close(two["weights"][k], w, rtol=1e-5, atol=1e-6, msg=k)
     moved = sum(not torch.equal(w, one["start"][k]) for k, w in one["weights"].items())
     assert moved >= len(one["weights"]) - 2  # the update moved (almost) every tensor
+
+
+@pytest.mark.slow
+def test_fsdp_keeping_the_gathered_weights_all_gathers_once_per_layer_per_step(tmp_path):
+    """update.fsdp_reshard_after_forward=false: each FSDP unit is gathered once in the update (its first
+    forward), not again in its backward and the next micro-batches; the update is the same (above)."""
+    default = _run(2, "fsdp", tmp_path / "default.pt")["all_gathers"]
+    keep = _run(2, "fsdp_keep", tmp_path / "keep.pt")["all_gathers"]
+    units = 2 + 1  # random_qwen2's decoder layers, each its own unit, and the root
+    assert keep == units, (keep, default)
+    assert default > 2 * keep  # two micro-batches here, each gathering in its forward and its backward

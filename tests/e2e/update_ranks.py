@@ -1,13 +1,14 @@
 """One policy update of a fixed batch of 4 groups, run under torchrun by any number of processes (each takes
 its share of the groups, as the Trainer shards prompts); rank 0 saves the updated full weights.
 
-    torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt ddp     # or fsdp; 1 process: none
+    torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt ddp     # or fsdp, fsdp_keep; 1 process: none
 
 tests/e2e/test_update_ranks.py compares 1 process with 2 (the same global batch, so the same update).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -23,12 +24,31 @@ from tests.update.test_causal_layout import _batch  # noqa: E402
 from tests.update.test_numerics import cfg  # noqa: E402
 
 
+@contextlib.contextmanager
+def count_all_gathers():
+    """[FSDP2 parameter all-gathers issued inside the block] (torch's private foreach_all_gather, counted)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    real, n = pg.foreach_all_gather, [0]
+
+    def counted(*args, **kwargs):
+        n[0] += 1
+        return real(*args, **kwargs)
+
+    pg.foreach_all_gather = counted
+    try:
+        yield n
+    finally:
+        pg.foreach_all_gather = real
+
+
 def main(out: str, kind: str) -> None:
     b = _batch([6, 3, 1, 5, 2, 4, 6, 2], [7, 2, 5, 1, 6, 3, 4, 7])  # rows of every length mix
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.25, -0.25])  # group 2: zero variance
     c = cfg()
-    c.hardware.distributed, c.update.micro_batch_size = kind, 2
+    c.hardware.distributed, c.update.micro_batch_size = kind.removesuffix("_keep"), 2
+    c.update.fsdp_reshard_after_forward = not kind.endswith("_keep")  # fsdp_keep: gathered for the whole step
     dist = Dist(c.hardware, torch.device("cpu"))
     model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
@@ -38,13 +58,16 @@ def main(out: str, kind: str) -> None:
     train_model, opt = dist.prepare(model, opt)
     mine = b.select_groups(dist.shard(list(range(b.num_groups))))  # this rank's groups
     mine.advantages = b.advantages.view(b.num_groups, 2)[dist.shard(list(range(b.num_groups)))].flatten()
-    stats = policy_update(train_model, mine, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), dist)
+    with count_all_gathers() as gathers:
+        stats = policy_update(
+            train_model, mine, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), dist
+        )
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
     if weights is None:
         weights = dist.unwrap(train_model).state_dict()
     if dist.is_main:
         weights = {k: v.detach().cpu() for k, v in weights.items() if k != "lm_head.weight"}  # tied
-        torch.save({"weights": weights, "start": start, "stats": stats}, out)
+        torch.save({"weights": weights, "start": start, "stats": stats, "all_gathers": gathers[0]}, out)
 
 
 if __name__ == "__main__":
