@@ -1,10 +1,12 @@
 """No NaN reaches the loss or the weights: zero-variance groups, non-finite rewards, empty completions."""
 
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import torch
 
 from pods.batch import Rollouts
+from pods.config import UpdateConfig
 from pods.distributed import Dist
 from pods.rollout.collect import sanitize_rewards
 from pods.update import group_advantages
@@ -26,14 +28,8 @@ def cfg():
     return SimpleNamespace(
         algo=SimpleNamespace(beta=0.0, mu=1, epsilon=0.2, epsilon_high=None, loss_agg="token"),
         hardware=SimpleNamespace(distributed="none"),
-        update=SimpleNamespace(
-            micro_batch_size=2,
-            micro_batch_tokens=0,
-            width_bucket=0,
-            row_bucket=0,
-            fused_logprobs=False,
-            sdpa="auto",
-        ),
+        # every field of the update section at its default (mutable here: tests set their layout)
+        update=SimpleNamespace(**asdict(UpdateConfig(micro_batch_size=2))),
         optim=SimpleNamespace(grad_clip=1.0),
     )
 
