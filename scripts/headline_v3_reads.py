@@ -58,23 +58,22 @@ def variants(sweep: Path) -> list[str]:
     return sorted({json.loads((d / "run_info.json").read_text())["variant"] for d in find_run_dirs(sweep)})
 
 
-def takeoff_only(sweeps: dict[str, Path]) -> None:
-    """The take-off table of every variant of each sweep, and final eval lengths split by take-off."""
+def takeoff_table(cols: str, groups: list[tuple[str, str, list, bool]], lengths_of: str) -> None:
+    """The take-off table, a row per (name, arm, its runs, whether their lengths count), then the final eval
+    lengths of the counted runs split by take-off."""
     print(f"Runs that took off (reached {TAKEOFF:.2f}) within the window:\n")
-    print("| sweep | variant | runs | took off | time to 0.70 of those (s, sorted) | final accuracy of the others |")
+    print(f"| {cols} | runs | took off | time to 0.70 of those (s, sorted) | final accuracy of the others |")
     print("|---|---|---|---|---|---|")
     lengths: dict[bool, list[float]] = {True: [], False: []}
-    for name, sweep in sweeps.items():
-        for arm in variants(sweep):
-            rs = runs(sweep, arm)
-            for r in rs:
-                lengths[r[1] is not None].append(r[3])
-            up = sorted(int(r[1]) for r in rs if r[1] is not None)
-            rest = ", ".join(f"{r[2]:.2f}" for r in rs if r[1] is None)
-            print(f"| {name} | {arm} | {len(rs)} | {len(up)}/{len(rs)} | {', '.join(map(str, up))} | {rest} |")
-    print("\nFinal eval mean completion length (tokens), every run:\n")
-    for took, vals in ((True, lengths[True]), (False, lengths[False])):
-        if vals:
+    for name, arm, rs, counted in groups:
+        for r in rs if counted else []:
+            lengths[r[1] is not None].append(r[3])
+        up = sorted(int(r[1]) for r in rs if r[1] is not None)
+        rest = ", ".join(f"{r[2]:.2f}" for r in rs if r[1] is None)
+        print(f"| {name} | {arm} | {len(rs)} | {len(up)}/{len(rs)} | {', '.join(map(str, up))} | {rest} |")
+    print(f"\nFinal eval mean completion length (tokens), {lengths_of}:\n")
+    for took in (True, False):
+        if vals := lengths[took]:
             label = "took off" if took else "did not"
             print(f"- {label}: {len(vals)} runs, {min(vals):.1f}-{max(vals):.1f} (mean {st.mean(vals):.1f})")
 
@@ -89,7 +88,9 @@ def main() -> None:
     if bool(a.call) == bool(a.sweep):
         p.error("give --call (with runs timed alone) or --sweep (take-off table only), not both")
     if a.sweep:
-        takeoff_only({s.split("=", 1)[0]: Path(s.split("=", 1)[1]) for s in a.sweep})
+        sweeps = {x.split("=", 1)[0]: Path(x.split("=", 1)[1]) for x in a.sweep}
+        groups = [(n, arm, runs(sw, arm), True) for n, sw in sweeps.items() for arm in variants(sw)]
+        takeoff_table("sweep | variant", groups, "every run")
         return
     calls = {c.split("=", 1)[0]: [Path(x) for x in c.split("=", 1)[1].split(",")] for c in a.call}
     print("Step cost, mean over steps 3 onward (GRPO 16/16 / PODS 64/16):\n")
@@ -99,33 +100,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for name, (shared, alone) in calls.items():
         print(step_costs(name, shared, alone))
-    print(f"\nRuns that took off (reached {TAKEOFF:.2f}) within the window:\n")
-    print(
-        "| call | arm | runs | took off | time to 0.70 of those (s, sorted) | final accuracy of the others |"
-    )
-    print("|---|---|---|---|---|---|")
-    sweeps = ([(f"pilot ({a.pilot_build})", a.pilot)] if a.pilot else []) + [
-        (n, s) for n, (s, _) in calls.items()
+    pilot = f"pilot ({a.pilot_build})"  # its shipped build's runs only; their lengths are not counted
+    groups = [
+        (pilot, arm, [r for r in runs(a.pilot, arm) if f"cands-{a.pilot_build}_" in r[0]], False)
+        for arm in ((GRPO, PODS) if a.pilot else ())
     ]
-    lengths: dict[bool, list[float]] = {True: [], False: []}
-    for name, sweep in sweeps:
-        for arm in (GRPO, PODS):
-            rs = runs(sweep, arm)
-            if name.startswith("pilot"):
-                rs = [r for r in rs if f"cands-{a.pilot_build}_" in r[0]]
-            else:
-                for r in rs:
-                    lengths[r[1] is not None].append(r[3])
-            up = sorted(int(r[1]) for r in rs if r[1] is not None)
-            rest = ", ".join(f"{r[2]:.2f}" for r in rs if r[1] is None)
-            print(
-                f"| {name} | {arm} | {len(rs)} | {len(up)}/{len(rs)} | {', '.join(map(str, up))} | {rest} |"
-            )
-    print("\nFinal eval mean completion length (tokens), confirmatory calls, both arms:\n")
-    for took, vals in ((True, lengths[True]), (False, lengths[False])):
-        if vals:
-            label = "took off" if took else "did not"
-            print(f"- {label}: {len(vals)} runs, {min(vals):.1f}-{max(vals):.1f} (mean {st.mean(vals):.1f})")
+    groups += [(n, arm, runs(shared, arm), True) for n, (shared, _) in calls.items() for arm in (GRPO, PODS)]
+    print()
+    takeoff_table("call | arm", groups, "confirmatory calls, both arms")
 
 
 if __name__ == "__main__":
