@@ -96,14 +96,13 @@ class Dist:
         finally:
             for m in mods:
                 m.reshard()
-            model.set_reshard_after_forward(True)
-            model.set_reshard_after_forward(False, recurse=False)  # the root keeps its weights for backward
+            self.keep_gathered(model, False, last=True)  # FSDP2's defaults again
 
     def keep_gathered(self, model, keep: bool, last: bool) -> None:
         """FSDP, for one forward/backward pass of the update: with `keep`, a layer's gathered weights stay
         from its forward to its backward, and after the backward too unless this is the step's `last` pass;
-        without it FSDP2's defaults (reshard after each forward and backward; the root keeps its weights for
-        the backward, as after full_weights). Otherwise nothing."""
+        without it the defaults every other forward runs with (reshard after each forward and backward; the
+        root keeps its weights for the backward). Otherwise nothing."""
         if not self.fsdp:
             return
         model.set_reshard_after_forward(not keep)
