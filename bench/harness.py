@@ -157,6 +157,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def compose_train(overrides: list[str]):
+    """conf/train.yaml composed with these overrides, as `python -m pods.train` composes it (no run dir is
+    created; give run_dir= where the run needs one)."""
+    register_schema()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
 def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, selector: str, n: int, m: int):
     """The composed pods config for one setting, as `python -m pods.train` would build it."""
     # model=qwen2.5-0.5b brings the paper's hyperparameters (lr 5e-6, grad clip 0.1, temperature 0.9)
@@ -173,10 +182,7 @@ def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, sele
     if args.gradient_checkpointing is not None:
         overrides.append(f"update.gradient_checkpointing={args.gradient_checkpointing}")
     overrides += list(getattr(args, "set", None) or [])
-    register_schema()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    cfg = compose_train(overrides)
     cfg.reward.weights = {"bench_hash": 1.0}
     validate(cfg)
     return cfg

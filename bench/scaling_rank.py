@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -73,14 +72,10 @@ def main() -> None:
     p.add_argument("--profile-step", type=int, default=0, help="0: none")
     p.add_argument("overrides", nargs="*", help="pods config overrides (run_dir=... among them)")
     a = p.parse_args()
-    from hydra import compose, initialize_config_dir
+    from bench.harness import compose_train
+    from pods.train import run
 
-    from pods.config import register_schema
-    from pods.train import CONF_DIR, run
-
-    register_schema()
-    with initialize_config_dir(config_dir=os.path.abspath(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=a.overrides)
+    cfg = compose_train(a.overrides)
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     run(cfg, callbacks=[ProfileStep(a.profile_step)] if a.profile_step else [])
 
