@@ -6,9 +6,12 @@ random Qwen2 of the given shape with the `bench_hash` reward (bench/harness.py, 
 eval and checkpoints off; steps 3 onward are read (median over rank 0's records). With `--profile` the last
 step runs under torch.profiler on every rank and is not read: its NCCL kernel time (the largest over ranks;
 a kernel waiting for a slower rank counts) is the table's NCCL column, and its top kernels and host ops go to
-<out>.profile.md. Each point's table, raw records and profile are written as soon as it ends. Weak scaling keeps the work per process fixed (one
-prompt per process per step: efficiency = step at 1 / step at k); strong scaling keeps the global batch fixed
-(`--strong 8`: 8 prompts per step over k processes, the headline's n=64, m=16).
+<out>.profile.md. Each point's table, raw records and profile are written as soon as it ends. Weak scaling
+keeps the work per process fixed (one prompt per process per step: efficiency = step at 1 / step at k); strong
+scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k processes, the headline's n=64,
+m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false. `--side-by-side` runs the
+1-process points of all dists at once, one GPU each (they share the host's CPUs, not a GPU). Each launch prints
+where its seconds went: warm-up compiles, steps, and the rest (start-up, model load, teardown).
 
     python scripts/bench_scaling.py --procs 1,2,4 --dist ddp,fsdp --out results/scaling/h100_0.5b.md   # GPUs
     python scripts/bench_scaling.py --procs 1,2,4 --dist ddp --lora --layers 36 --hidden 2048 --heads 16 \\
@@ -31,41 +34,78 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("generation", "gather", "reward", "update", "metrics", "weight_sync", "unattributed")
 
 
-def run_point(
+DISTS = {  # --dist name -> (hardware preset on a GPU, hardware.distributed, extra overrides)
+    "ddp": ("multi_gpu", "ddp", []),
+    "fsdp": ("fsdp", "fsdp", []),
+    # FSDP, a layer's gathered weights kept through the optimizer step (one all-gather per unit per step)
+    "fsdp_keep": ("fsdp", "fsdp", ["update.fsdp_reshard_after_forward=false"]),
+}
+
+
+def point_overrides(
     a, model_dir: Path, data: tuple[Path, Path], procs: int, dist: str, run_dir: Path
-) -> tuple[list[dict], list[dict]]:
-    """One torchrun launch; its rank-0 train records (unprofiled steps) and every rank's profile summary."""
+) -> list[str]:
     prompts = a.strong or procs  # strong: fixed global batch; weak: one prompt per process
     n, m = (64, 16) if a.strong else (16, 16)
-    hw = {"ddp": "multi_gpu", "fsdp": "fsdp"}[dist] if a.device == "cuda" else "cpu"
-    overrides = [
+    preset, distributed, extra = DISTS[dist]
+    hw = preset if a.device == "cuda" else "cpu"
+    return [
         f"run_dir={run_dir}", "model=qwen2.5-0.5b", "model.name=bench", f"model.path={model_dir}",
         "model.use_chat_template=false", f"model.max_completion_len={a.completion_len}",
         "dataset=arithmetic", "dataset.name=bench", "dataset.source=local", f"dataset.task={data[0]}",
         f"dataset.eval_task={data[1]}", "dataset.train_size=0", "dataset.eval_size=0",
         f"selector.n={n}", f"selector.m={m}", "rollout=hf", "logger=none", f"hardware={hw}",
-        f"hardware.distributed={dist}", f"hardware.lora={str(a.lora).lower()}", f"algo.prompts_per_step={prompts}",
-        f"max_steps={a.steps}", "eval.at_start=false", "eval.at_end=false", "eval.every_steps=0",
-        "checkpoint.every_steps=0", "checkpoint.save_final=false", "plugins=[bench.harness]",
-        "reward=format", "reward.weights.format=0", "+reward.weights.bench_hash=1.0", *a.set,
+        f"hardware.distributed={distributed}", f"hardware.lora={str(a.lora).lower()}",
+        f"algo.prompts_per_step={prompts}", f"max_steps={a.steps}", "eval.at_start=false", "eval.at_end=false",
+        "eval.every_steps=0", "checkpoint.every_steps=0", "checkpoint.save_final=false", "plugins=[bench.harness]",
+        "reward=format", "reward.weights.format=0", "+reward.weights.bench_hash=1.0", *extra, *a.set,
     ]  # fmt: skip
+
+
+def launch(a, model_dir: Path, data, procs: int, dist: str, run_dir: Path, gpus: str | None = None):
+    """Start one torchrun launch (on the GPUs `gpus` names, e.g. "1", when given); finish() collects it."""
     from bench.harness import torchrun_command
 
     prof = ["--profile-step", str(a.steps)] if a.profile else []
     cmd = [*torchrun_command(procs), "-m", "bench.scaling_rank", *prof, "--"]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
-    proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{dist} x{procs} failed:\n{proc.stderr[-3000:]}")
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    log = open(run_dir.with_suffix(".log"), "w")  # noqa: SIM115 (closed by finish())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    overrides = point_overrides(a, model_dir, data, procs, dist, run_dir)
+    proc = subprocess.Popen(
+        cmd + overrides, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+    return proc, log, time.perf_counter()
+
+
+def finish(a, launched, procs: int, dist: str, run_dir: Path) -> tuple[list[dict], list[dict], dict]:
+    """Wait for a launch: its rank-0 train records (the read steps), every rank's profile summary, and where
+    the launch's seconds went (whole launch, warm-up compiles, steps; the rest is start-up and teardown)."""
+    proc, log, t0 = launched
+    rc = proc.wait()
+    log.close()
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"{dist} x{procs} failed:\n{run_dir.with_suffix('.log').read_text()[-3000:]}")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     profiles = [json.loads(f.read_text()) for f in sorted(run_dir.glob("profile_rank*.json"))]
+    train = [r for r in recs if r.get("kind") == "train"]
+    cost = {
+        "launch_s": seconds,
+        "compile_s": sum(r.get("timing/compile", 0.0) for r in train),
+        "steps_s": sum(r.get("timing/wall_step", 0.0) for r in train),
+    }
     # the first two steps carry warm-ups and compiles; with --profile the last ran under the profiler
     last = a.steps - 1 if a.profile else a.steps
-    return [r for r in recs if r.get("kind") == "train" and 2 < r["step"] <= last], profiles
+    return [r for r in train if 2 < r["step"] <= last], profiles, cost
 
 
 def summarize(recs: list[dict], profiles: list[dict]) -> dict:
@@ -121,6 +161,10 @@ def main() -> None:
     p.add_argument(
         "--profile", action="store_true", help="profile the last step (NCCL column, <out>.profile.md)"
     )
+    p.add_argument(
+        "--side-by-side", action="store_true",
+        help="run the 1-process points of all --dist at once, one GPU each (needs as many GPUs as dists)",
+    )  # fmt: skip
     a = p.parse_args()
     a.threads = a.threads or 1
     out = Path(a.out)
@@ -132,24 +176,45 @@ def main() -> None:
     t0 = time.perf_counter()
     model_dir, data = build_model_dir(a, work), write_data(work)
     print(f"model and data built in {time.perf_counter() - t0:.0f} s", flush=True)
-    rows, raw, profs = [], [], []
-    for dist in a.dist.split(","):
-        for k in map(int, a.procs.split(",")):
-            t0 = time.perf_counter()
-            recs, profiles = run_point(a, model_dir, data, k, dist, work / f"{dist}_{k}")
-            rows.append((dist, k, summarize(recs, profiles)))
-            profs.append((dist, k, profiles))
-            raw += [{"dist": dist, "procs": k, **r} for r in recs]
-            raw += [{"dist": dist, "procs": k, "profile": pr} for pr in profiles]
-            # written after every point: a run stopped by a time limit keeps the points it finished
-            out.write_text(
-                f"Scaling ({kind}; {shape}; device {a.device}; {read}):\n\n" + table(rows, not a.strong)
+    dists, procs = a.dist.split(","), [int(k) for k in a.procs.split(",")]
+    unknown = [d for d in dists if d not in DISTS]
+    if unknown:
+        raise SystemExit(f"--dist: unknown {unknown}; choose from {sorted(DISTS)}")
+    points = [(d, k) for d in dists for k in procs]
+    # --side-by-side: the 1-process points of all dists at once, one GPU each, then the others one at a time
+    batches = [[p] for p in points]
+    if a.side_by_side:  # as many at once as there are GPUs; singles that do not fit run after the others
+        singles, width = [p for p in points if p[1] == 1], max(1, torch.cuda.device_count())
+        chunks = [singles[i : i + width] for i in range(0, len(singles), width)]
+        batches = chunks[:1] + [[p] for p in points if p[1] != 1] + chunks[1:]
+    results: dict[tuple[str, int], tuple] = {}
+    for batch in batches:
+        gpus = (
+            [str(i) for i in range(len(batch))] if a.side_by_side and len(batch) > 1 else [None] * len(batch)
+        )
+        started = [launch(a, model_dir, data, k, d, work / f"{d}_{k}", g) for (d, k), g in zip(batch, gpus)]
+        for (d, k), launched in zip(batch, started):
+            results[(d, k)] = finish(a, launched, k, d, work / f"{d}_{k}")
+            cost = results[(d, k)][2]
+            print(f"{d} x{k}: launch {cost['launch_s']:.0f} s (warm-up compiles {cost['compile_s']:.0f} s, steps "
+                  f"{cost['steps_s']:.0f} s; the rest is start-up and teardown)", flush=True)  # fmt: skip
+        done = [p for p in points if p in results]  # written after every batch: a run stopped by a time
+        rows = [
+            (d, k, summarize(*results[(d, k)][:2])) for d, k in done
+        ]  # limit keeps the points it finished
+        raw = [{"dist": d, "procs": k, **r} for d, k in done for r in results[(d, k)][0]]
+        raw += [{"dist": d, "procs": k, "profile": pr} for d, k in done for pr in results[(d, k)][1]]
+        raw += [{"dist": d, "procs": k, "launch": results[(d, k)][2]} for d, k in done]
+        side = "; 1-process points side by side, one GPU each" if a.side_by_side else ""
+        out.write_text(
+            f"Scaling ({kind}; {shape}; device {a.device}; {read}{side}):\n\n" + table(rows, not a.strong)
+        )
+        out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
+        if a.profile:
+            out.with_suffix(".profile.md").write_text(
+                profile_md([(d, k, results[(d, k)][1]) for d, k in done])
             )
-            out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
-            if a.profile:
-                out.with_suffix(".profile.md").write_text(profile_md(profs))
-            print(f"{dist} x{k}: {time.perf_counter() - t0:.0f} s for the launch", flush=True)
-            print(table(rows, not a.strong), flush=True)
+        print(table(rows, not a.strong), flush=True)
     shutil.rmtree(work, ignore_errors=True)
 
 

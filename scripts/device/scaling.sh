@@ -1,34 +1,52 @@
 #!/usr/bin/env bash
-# Issue 28 on a machine of 4 GPUs: scaling of the real Trainer (scripts/bench_scaling.py), one part or several
-# per call, each under its own time limit (a point's table is written as soon as it ends, so a part stopped by
-# its limit keeps the points it finished). A launch costs about 90 s at the 0.5B shape on 4 H200s (measured:
-# 3 points in 270 s), so plan one part per call:
-#   bash scripts/device/scaling.sh weak_0.5b      # full fine-tune, DDP and FSDP, 1/2/4 GPUs (6 launches)
-#   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA DDP 1/4; 8 prompts x 64/16 DDP 1/4/2
-#   bash scripts/device/scaling.sh profile_0.5b   # the 4-GPU DDP and FSDP points, last step under torch.profiler
-#   bash scripts/device/scaling.sh fsdp_keep_0.5b # FSDP with update.fsdp_reshard_after_forward=false, 1/2/4 GPUs
+# Issue 28 on a lent machine of 2 or 4 GPUs (or more): scaling of the real Trainer (scripts/bench_scaling.py) at
+# 1 GPU and every power of two up to the machine's count, and the multi-GPU correctness checks; one part or
+# several per call, each under its own time limit (a point's table is written as soon as it ends, so a part
+# stopped by its limit keeps the points it finished). A 0.5B launch cost about 90 s on 4 H200s; each launch now
+# prints where its seconds went. Plan one or two parts per call:
+#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP, FSDP keeping gathered weights; last step profiled
+#   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
+#   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles) and table.md.
 set -o pipefail
-[ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b profile_0.5b fsdp_keep_0.5b"; exit 2; }
+[ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b correct curves"; exit 2; }
 source scripts/device/setup.sh || exit 1
 OUTDIR=${OUT:-/tmp/scaling_out}; R=$OUTDIR/scaling; mkdir -p "$R"
-B="python3 scripts/bench_scaling.py --threads 2"
-part() {  # part <seconds> <name> <args>...: one bench under a limit; its launches do not outlive it
+NG=$(nvidia-smi -L | wc -l)
+P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
+B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
+part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
-  timeout "$t" $B "$@" --out "$R/$name.md" > "$R/$name.log" 2>&1; echo "$name: exit $?"; tail -2 "$R/$name.log"
-  pkill -f bench.scaling_rank; pkill -f torchrun; sleep 2
+  timeout "$t" "$@" > "$R/$name.log" 2>&1; echo "$name: exit $? ($SECONDS s into the call)"; tail -2 "$R/$name.log"
+  pkill -f bench.scaling_rank; pkill -f torchrun; pkill -f update_ranks; sleep 2
 }
 for n in "$@"; do
   case $n in
-    weak_0.5b) part 560 weak_0.5b --procs 1,2,4 --dist ddp,fsdp --steps 6 ;;
-    weak_3b_lora) part 300 weak_3b_lora --procs 1,4 --dist ddp --lora --layers 36 --hidden 2048 --heads 16 \
-      --kv-heads 2 --intermediate 11008 --steps 6 ;;
-    strong_0.5b) part 280 strong_0.5b --procs 1,4,2 --dist ddp --strong 8 --steps 5 ;;
-    profile_0.5b) part 300 profile_0.5b --procs 4 --dist ddp,fsdp --steps 5 --profile ;;
-    fsdp_keep_0.5b) part 300 fsdp_keep_0.5b --procs 1,2,4 --dist fsdp --steps 6 \
-      --set update.fsdp_reshard_after_forward=false ;;
+    weak_0.5b) part "${LIMIT:-540}" $n $B --dist ddp,fsdp,fsdp_keep --side-by-side --steps 7 --profile \
+      --out "$R/$n.md" ;;
+    weak_3b_lora) part "${LIMIT:-300}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
+      --intermediate 11008 --steps 6 --out "$R/$n.md" ;;
+    strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
+    correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 --out "$R/$n.md" ;;
+    curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
+      for hw in multi_gpu fsdp; do
+        part "${LIMIT:-120}" curves_$hw python3 -m torch.distributed.run --nproc_per_node 2 -m pods.train \
+          hardware=$hw dataset=arithmetic_local max_steps=40 eval.every_steps=20 run_dir=$R/curves_$hw
+      done
+      python3 - "$R" <<'PY' | tee "$R/$n.md"
+import json, statistics, sys
+for hw in ("multi_gpu", "fsdp"):
+    try:
+        recs = [json.loads(x) for x in open(f"{sys.argv[1]}/curves_{hw}/metrics.jsonl")]
+    except OSError:
+        print(f"{hw}: no run"); continue
+    ev = [(r["step"], round(r["eval/accuracy"], 4)) for r in recs if r.get("kind") == "eval"]
+    steps = [r["timing/step"] for r in recs if r.get("kind") == "train"]
+    print(f"{hw}: eval (step, accuracy) {ev}; {len(steps)} steps, median step {statistics.median(steps):.3f} s")
+PY
+      ;;
     *) echo "unknown part $n"; exit 2 ;;
   esac
 done
-(cd "$OUTDIR" && tar czf scaling.tgz scaling)
+(cd "$OUTDIR" && tar czf scaling.tgz --exclude=checkpoints scaling)
 for n in "$@"; do echo "## $n"; cat "$R/$n.md" 2>/dev/null || echo "(no point finished)"; echo; done | tee "$OUTDIR/table.md"

@@ -2,8 +2,12 @@
 its share of the groups, as the Trainer shards prompts); rank 0 saves the updated full weights.
 
     torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt ddp     # or fsdp, fsdp_keep; 1 process: none
+    torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt fsdp cuda   # one GPU per process, NCCL
 
-tests/e2e/test_update_ranks.py compares 1 process with 2 (the same global batch, so the same update).
+tests/e2e/test_update_ranks.py compares 1 process with 2 on CPU (gloo, float32: the same global batch, so the
+same update); scripts/check_update_ranks.py does it on GPUs, where the update runs as the Trainer runs it (a
+float32 model under bf16 autocast; FSDP all-gathers bf16) on a larger random Qwen2, and `none_fp32` (one
+process, no autocast) measures how far bf16 alone moves the update.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pods.batch import Rollouts  # noqa: E402
 from pods.distributed import Dist  # noqa: E402
+from pods.models import autocast  # noqa: E402
 from pods.update.step import policy_update  # noqa: E402
 from tests.conftest import random_qwen2  # noqa: E402
 from tests.update.test_causal_layout import _batch  # noqa: E402
@@ -42,26 +47,34 @@ def count_all_gathers():
         pg.foreach_all_gather = real
 
 
-def main(out: str, kind: str) -> None:
+def main(out: str, kind: str, device_type: str = "cpu") -> None:
+    import os
+
+    cuda = device_type == "cuda"
+    device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
+    kind = kind.removesuffix("_fp32")
+    dtype = torch.bfloat16 if cuda and not fp32 else torch.float32
     b = _batch([6, 3, 1, 5, 2, 4, 6, 2], [7, 2, 5, 1, 6, 3, 4, 7])  # rows of every length mix
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.25, -0.25])  # group 2: zero variance
     c = cfg()
     c.hardware.distributed, c.update.micro_batch_size = kind.removesuffix("_keep"), 2
     c.update.fsdp_reshard_after_forward = not kind.endswith("_keep")  # fsdp_keep: gathered for the whole step
-    dist = Dist(c.hardware, torch.device("cpu"))
-    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, tie_word_embeddings=True)
+    dist = Dist(c.hardware, device)
+    shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if cuda else dict(hidden=32, heads=4, kv_heads=2)
+    model = random_qwen2(vocab=97, tie_word_embeddings=True, **shape)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    model = dist.shard_model(model)
+    model = dist.shard_model(model.to(device), dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     train_model, opt = dist.prepare(model, opt)
     mine = b.select_groups(dist.shard(list(range(b.num_groups))))  # this rank's groups
     mine.advantages = b.advantages.view(b.num_groups, 2)[dist.shard(list(range(b.num_groups)))].flatten()
-    with count_all_gathers() as gathers:
-        stats = policy_update(
-            train_model, mine, opt, sched, c.algo, c.update, c.optim, torch.device("cpu"), dist
-        )
+    with count_all_gathers() as gathers, autocast(dtype, device):
+        stats = policy_update(train_model, mine, opt, sched, c.algo, c.update, c.optim, device, dist)
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
     if weights is None:
         weights = dist.unwrap(train_model).state_dict()
@@ -71,4 +84,4 @@ def main(out: str, kind: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

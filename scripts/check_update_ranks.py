@@ -1,0 +1,94 @@
+"""The same global batch gives the same update on 1 process and on k (issue 28's correctness check), on GPUs:
+one policy update of a fixed batch (tests/e2e/update_ranks.py) by 1 process, then by k under DDP, FSDP and FSDP
+keeping its gathered weights, each launched by torchrun, one GPU per process (NCCL).
+
+The update runs as the Trainer runs it on a GPU (float32 weights, matmuls under bf16 autocast, FSDP gathering
+bf16 and reducing float32), so 1 and k processes agree within bf16's rounding, not bitwise. The scale of that
+rounding is measured, not assumed: `none_fp32` is the 1-process update without autocast, and its distance from
+the bf16 update is the table's first row. A k-process update passes when its relative distance from the
+1-process update, ||d_k - d_1|| / ||d_1|| per tensor (d: the weights' change), is at most --rtol for every
+tensor, and its loss, rows and tokens match.
+
+    python scripts/check_update_ranks.py --device cuda --procs 2 --out results/scaling/update_ranks_gpu.md
+    python scripts/check_update_ranks.py --device cpu --procs 2 --rtol 1e-5 --out /tmp/ranks.md   # gloo
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "e2e" / "update_ranks.py"
+
+
+def update_distance(ref: dict, other: dict) -> dict:
+    """How far `other`'s update is from `ref`'s (both update_ranks.py outputs, same start): the largest
+    per-tensor ||d_other - d_ref|| / ||d_ref||, the tensor it is on, the loss difference, and whether the
+    rows and tokens trained on match."""
+    worst, name = 0.0, ""
+    for k, w in ref["weights"].items():
+        d_ref = (w - ref["start"][k]).double()
+        d_other = (other["weights"][k] - other["start"][k]).double()
+        scale = d_ref.norm().item()
+        rel = (d_other - d_ref).norm().item() / scale if scale > 0 else float((d_other != 0).any())
+        if rel > worst:
+            worst, name = rel, k
+    same = all(ref["stats"][s] == other["stats"][s] for s in ("update/rows", "update/tokens"))
+    return {"rel": worst, "tensor": name, "loss_diff": abs(other["stats"]["update/loss"] - ref["stats"]["update/loss"]),
+            "same_rows_tokens": same}  # fmt: skip
+
+
+def run(procs: int, kind: str, device: str, out: Path) -> dict:
+    from bench.harness import torchrun_command
+
+    cmd = [*torchrun_command(procs), str(SCRIPT), str(out), kind, device]
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} x{procs} failed:\n{proc.stderr[-3000:]}")
+    return torch.load(out)
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--procs", type=int, default=2)
+    p.add_argument("--kinds", default="ddp,fsdp,fsdp_keep")
+    p.add_argument("--rtol", type=float, default=2e-2, help="the largest relative distance that passes")
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pods_ranks_"))
+    ref = run(1, "none", a.device, work / "one.pt")
+    rows = []
+    if a.device == "cuda":
+        fp32 = run(1, "none_fp32", a.device, work / "fp32.pt")
+        rows.append(("1 process, float32 (no autocast)", update_distance(ref, fp32), None))
+    for kind in a.kinds.split(","):
+        d = update_distance(ref, run(a.procs, kind, a.device, work / f"{kind}.pt"))
+        rows.append((f"{a.procs} processes, {kind}", d, d["rel"] <= a.rtol and d["same_rows_tokens"]))
+    lines = [
+        f"Update of one fixed batch, 1 process (bf16 autocast on a GPU) against each row; device {a.device}; "
+        f"pass: relative distance <= {a.rtol} and the same rows and tokens.\n",
+        "| run | largest relative distance of the update | on tensor | loss difference | rows, tokens | pass |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, d, ok in rows:
+        passed = "reference" if ok is None else ("yes" if ok else "**no**")
+        lines.append(f"| {label} | {d['rel']:.2e} | {d['tensor']} | {d['loss_diff']:.2e} | "
+                     f"{'same' if d['same_rows_tokens'] else 'differ'} | {passed} |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(text)
+    print(text)
+    sys.exit(0 if all(ok is not False for *_, ok in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()

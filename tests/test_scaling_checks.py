@@ -1,0 +1,55 @@
+"""Issue 28's GPU checks, their pure parts: how far two updates are (scripts/check_update_ranks.py) and what
+each scaling point of scripts/bench_scaling.py launches."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+from scripts.bench_scaling import DISTS, point_overrides
+from scripts.check_update_ranks import update_distance
+
+
+def _update(delta: dict[str, torch.Tensor], loss=0.5, rows=6.0, tokens=30.0) -> dict:
+    start = {k: torch.ones_like(v) for k, v in delta.items()}
+    return {
+        "start": start,
+        "weights": {k: start[k] + v for k, v in delta.items()},
+        "stats": {"update/loss": loss, "update/rows": rows, "update/tokens": tokens},
+    }
+
+
+def test_update_distance_is_relative_to_the_reference_update_per_tensor():
+    ref = _update({"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([1.0, 0.0])})
+    same = update_distance(ref, _update({"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([1.0, 0.0])}))
+    assert same == {"rel": 0.0, "tensor": "", "loss_diff": 0.0, "same_rows_tokens": True}
+    # a's change off by 0.05 in norm 5 (1%), b's by 0.5 in norm 1 (50%): the worst tensor is reported
+    off = update_distance(
+        ref, _update({"a": torch.tensor([3.03, 4.04]), "b": torch.tensor([1.0, 0.5])}, loss=0.6)
+    )
+    assert off["rel"] == pytest.approx(0.5) and off["tensor"] == "b"
+    assert off["loss_diff"] == pytest.approx(0.1)
+    assert not update_distance(ref, _update({"a": torch.zeros(2), "b": torch.zeros(2)}, rows=4.0))[
+        "same_rows_tokens"
+    ]
+
+
+def test_an_update_that_moves_a_tensor_the_reference_left_alone_counts_as_fully_off():
+    ref = _update({"a": torch.zeros(3)})
+    assert update_distance(ref, _update({"a": torch.zeros(3)}))["rel"] == 0.0
+    assert update_distance(ref, _update({"a": torch.tensor([0.0, 1e-3, 0.0])}))["rel"] == 1.0
+
+
+@pytest.mark.parametrize("dist", sorted(DISTS))
+def test_each_scaling_point_names_its_layout_and_the_same_work(dist, tmp_path):
+    a = Namespace(strong=0, completion_len=16, device="cuda", lora=False, steps=5, set=["seed=3"])
+    ov = point_overrides(a, tmp_path / "m", (Path("t.jsonl"), Path("e.jsonl")), 2, dist, tmp_path / "r")
+    assert f"hardware={DISTS[dist][0]}" in ov and f"hardware.distributed={DISTS[dist][1]}" in ov
+    assert ("update.fsdp_reshard_after_forward=false" in ov) == (dist == "fsdp_keep")
+    assert "algo.prompts_per_step=2" in ov and "selector.n=16" in ov and ov[-1] == "seed=3"
+    a.strong, a.device = 8, "cpu"  # strong scaling: the global batch is fixed; on a CPU the cpu preset
+    ov = point_overrides(a, tmp_path / "m", (Path("t.jsonl"), Path("e.jsonl")), 2, dist, tmp_path / "r")
+    assert "algo.prompts_per_step=8" in ov and "selector.n=64" in ov and "hardware=cpu" in ov
