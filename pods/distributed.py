@@ -81,7 +81,9 @@ class Dist:
     @contextlib.contextmanager
     def full_weights(self, model):
         """FSDP: gather every parameter once and keep it for the block (generation runs hundreds of forwards
-        whose count differs between ranks), then shard again. Otherwise nothing."""
+        whose count differs between ranks; a generation copy reads each weight once), then shard again.
+        One all-gather per FSDP unit, in the compute dtype, all issued before the first is waited on; inside
+        the block the modules hold plain full tensors. Otherwise nothing."""
         if not self.fsdp or model is None:
             yield
             return
@@ -89,8 +91,10 @@ class Dist:
 
         mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
         model.set_reshard_after_forward(False)
-        for m in mods:
-            m.unshard()
+        handles = [m.unshard(async_op=True) for m in mods]
+        for h in handles:
+            if h is not None:
+                h.wait()
         try:
             yield
         finally:

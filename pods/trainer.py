@@ -200,7 +200,7 @@ class Trainer:
                 self.dist, self.ref,
             )  # fmt: skip
         with t.phase("weight_sync"):
-            self.generator.sync_weights(self.model)
+            self._sync_generation_weights()
         rec.update(self._step_metrics(batch, kept, cs, rec))
         with t.phase("log"):
             self._log("train", rec)
@@ -302,5 +302,13 @@ class Trainer:
         self.step = self.ckpt.restore(plan, self.model, self.optimizer, self.components(), {"rng": self.rng})
         self.last_eval_step = plan["last_eval_step"]
         log.info("training clock %.1fs at step %d", self.timer.train_clock, self.step)
-        self.generator.sync_weights(self.model)  # a generation copy still holds the weights from before
+        self._sync_generation_weights()  # a generation copy still holds the weights from before
         return self.step
+
+    def _sync_generation_weights(self) -> None:
+        """Push the policy's weights to the generator's own copy (none when it decodes the policy itself).
+        FSDP: gathered once per unit in the compute dtype, the copy's own (one all-gather per tensor in
+        float32 cost 0.15 s per step on 2 H200s at 0.5B; results/scaling/)."""
+        own_copy = self.generator.reads_policy is None
+        with self.dist.full_weights(self.model if own_copy else None):
+            self.generator.sync_weights(self.model)

@@ -7,11 +7,13 @@
 #   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP, FSDP keeping gathered weights; last step profiled
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
-# .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles) and table.md.
+# DISTS=fsdp picks the layouts of weak_0.5b; LIMIT=<s> overrides every part's time limit.
+# .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
+# each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
 [ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b correct curves"; exit 2; }
 source scripts/device/setup.sh || exit 1
-OUTDIR=${OUT:-/tmp/scaling_out}; R=$OUTDIR/scaling; mkdir -p "$R"
+OUTDIR=${OUT:-/tmp/scaling_out}; R=/tmp/scaling_run/scaling; mkdir -p "$R" "$OUTDIR"  # $OUT returns <= 8 files
 NG=$(nvidia-smi -L | wc -l)
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
 B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
@@ -22,7 +24,7 @@ part() {  # part <seconds> <name> <command>...: one part under a limit; its laun
 }
 for n in "$@"; do
   case $n in
-    weak_0.5b) part "${LIMIT:-540}" $n $B --dist ddp,fsdp,fsdp_keep --side-by-side --steps 7 --profile \
+    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_keep}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-300}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
       --intermediate 11008 --steps 6 --out "$R/$n.md" ;;
@@ -48,5 +50,6 @@ PY
     *) echo "unknown part $n"; exit 2 ;;
   esac
 done
-(cd "$OUTDIR" && tar czf scaling.tgz --exclude=checkpoints scaling)
+(cd /tmp/scaling_run && tar czf "$OUTDIR/scaling.tgz" --exclude=checkpoints scaling)
+cp "$R"/*.md "$OUTDIR"/ 2>/dev/null
 for n in "$@"; do echo "## $n"; cat "$R/$n.md" 2>/dev/null || echo "(no point finished)"; echo; done | tee "$OUTDIR/table.md"

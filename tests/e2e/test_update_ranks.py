@@ -51,3 +51,23 @@ def test_fsdp_keeping_the_gathered_weights_all_gathers_once_per_layer_per_step(t
     units = 2 + 1  # random_qwen2's decoder layers, each its own unit, and the root
     assert keep == units, (keep, default)
     assert default > 2 * keep  # two micro-batches here, each gathering in its forward and its backward
+
+
+@pytest.mark.slow
+def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(tmp_path):
+    """The Trainer refreshes its bf16 generation copy inside Dist.full_weights: one all-gather per FSDP unit in
+    the compute dtype instead of one per tensor in float32; the copy's weights are the same, bit for bit."""
+    script = Path(__file__).with_name("sync_ranks.py")
+    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt")]
+    proc = subprocess.run(
+        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = torch.load(tmp_path / "sync.pt")
+    assert r["per_unit"].keys() == r["per_tensor"].keys()
+    for k, w in r["per_tensor"].items():
+        assert w.dtype == torch.bfloat16 and torch.equal(r["per_unit"][k], w), k
+    moved = sum(not torch.equal(w, r["before"][k]) for k, w in r["per_unit"].items())
+    assert moved >= len(r["before"]) - 2  # the refresh brought the moved shards (rotary buffers stay)
+    assert r["unit_gathers"] == r["units"]
+    assert r["tensor_gathers"] == 0  # full_tensor() gathers outside FSDP's own all-gather

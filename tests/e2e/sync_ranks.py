@@ -1,0 +1,53 @@
+"""The generation copy refreshed from an FSDP-sharded policy, under torchrun (2 processes, gloo): gathered per
+tensor (DTensor.full_tensor, as before) and gathered per unit inside Dist.full_weights (what the Trainer does),
+after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers each refresh issued.
+
+    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt
+
+tests/e2e/test_update_ranks.py checks that the two copies are equal, bit for bit, and that the per-unit
+refresh gathers each unit once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pods.distributed import Dist  # noqa: E402
+from pods.rollout.gen_copy import GenerationCopy  # noqa: E402
+from tests.conftest import random_qwen2  # noqa: E402
+from tests.e2e.update_ranks import count_all_gathers  # noqa: E402
+
+
+def main(out: str) -> None:
+    from types import SimpleNamespace
+
+    dist = Dist(SimpleNamespace(distributed="fsdp"), torch.device("cpu"))
+    dtype = torch.bfloat16
+    model = dist.shard_model(random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2), dtype)
+    per_tensor = GenerationCopy(model, torch.device("cpu"), dtype)  # built and first synced per tensor
+    per_unit = GenerationCopy(model, torch.device("cpu"), dtype)
+    take = lambda c: {k: v.detach().clone() for k, v in c.model.state_dict().items()}  # noqa: E731
+    before = take(per_unit)
+    with torch.no_grad():  # the shards move, as after an optimizer step (different on each rank)
+        for k, p in enumerate(model.parameters()):
+            p.to_local().add_(0.01 * (k + 1) * (dist.rank + 1))
+    with count_all_gathers() as tensor_gathers:
+        per_tensor.sync(model)
+    with count_all_gathers() as unit_gathers, dist.full_weights(model):
+        per_unit.sync(model)
+    if dist.is_main:
+        torch.save(
+            {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
+             "unit_gathers": unit_gathers[0],
+             "tensor_gathers": tensor_gathers[0], "units": 2 + 1},  # random_qwen2: 2 layers and the root
+            out,
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
