@@ -42,6 +42,28 @@ def summarize(events, rank: int, step: int) -> dict:
     }
 
 
+def phase_device_ms(events, prefix: str = "phase/") -> dict[str, dict[str, float]]:
+    """profiler.events() -> per pods phase (PhaseTimer's `phase/<name>` ranges), the device ms of the kernels
+    launched inside it, all of them and NCCL's. A phase nested in another (compile in generation) counts for
+    itself only. The phases synchronise the GPU at both ends, so a kernel runs within the phase that launched
+    it; an NCCL kernel's time includes its wait for the slowest rank."""
+    out: dict[str, dict[str, float]] = {}
+
+    def kernels(e):
+        yield from e.kernels
+        for c in e.cpu_children:
+            if not c.name.startswith(prefix):
+                yield from kernels(c)
+
+    for e in events:
+        if e.name.startswith(prefix):
+            ks = list(kernels(e))
+            d = out.setdefault(e.name[len(prefix) :], {"kernels_ms": 0.0, "nccl_ms": 0.0})
+            d["kernels_ms"] += sum(k.duration for k in ks) / 1e3
+            d["nccl_ms"] += sum(k.duration for k in ks if "nccl" in k.name.lower()) / 1e3
+    return out
+
+
 class ProfileStep(Callback):
     """Profile one optimizer step (CPU and, on a GPU, CUDA activity) and write its summary per rank."""
 
@@ -63,6 +85,7 @@ class ProfileStep(Callback):
             torch.cuda.synchronize()
         self.prof.__exit__(None, None, None)
         out = summarize(self.prof.key_averages(), trainer.dist.rank, self.step)
+        out["phases"] = phase_device_ms(self.prof.events())
         (trainer.run_dir / f"profile_rank{trainer.dist.rank}.json").write_text(json.dumps(out, indent=1))
         self.prof = None
 

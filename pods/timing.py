@@ -39,7 +39,8 @@ class PhaseTimer:
     @contextmanager
     def phase(self, name: str):
         """Time a block; CUDA work is synchronised so the time lands in the right phase. Time spent in a
-        phase nested inside another counts for the inner one only (compile inside generation)."""
+        phase nested inside another counts for the inner one only (compile inside generation). Under
+        torch.profiler the block is the range `phase/<name>` (bench/scaling_rank.py splits device time by it)."""
         if self.sync_cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -48,7 +49,8 @@ class PhaseTimer:
             self._reset_peak()
             self._peaks.append(0)
         try:
-            yield
+            with torch.profiler.record_function(f"phase/{name}"):  # a profiler's trace names the phase
+                yield
         finally:
             if self.sync_cuda:
                 torch.cuda.synchronize()

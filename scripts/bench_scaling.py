@@ -123,6 +123,11 @@ def profile_md(points: list[tuple[str, int, list[dict]]]) -> str:
         for pr in profiles[:1]:
             out.append(f"### {d} x{k} (rank 0, step {pr['step']}): NCCL {pr['nccl_ms']:.1f} ms in "
                        f"{pr['nccl_kernels']} kernels; all kernels {pr['kernels_ms']:.1f} ms\n")  # fmt: skip
+            phases = sorted(pr.get("phases", {}).items(), key=lambda x: -x[1]["kernels_ms"])
+            if phases:  # device time of the kernels each phase launched (NCCL's includes waiting for peers)
+                out.append("| phase | kernels ms | NCCL ms |\n|---|---|---|")
+                out += [f"| {n} | {v['kernels_ms']:.1f} | {v['nccl_ms']:.1f} |" for n, v in phases]
+                out.append("")
             out.append(
                 "| top kernels | ms | calls | | top host ops (self) | ms | calls |\n|---|---|---|---|---|---|---|"
             )
