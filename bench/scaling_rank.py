@@ -44,24 +44,32 @@ def summarize(events, rank: int, step: int) -> dict:
 
 def phase_device_ms(events, prefix: str = "phase/") -> dict[str, dict[str, float]]:
     """profiler.events() -> per pods phase (PhaseTimer's `phase/<name>` ranges), the device ms of the kernels
-    launched inside it, all of them and NCCL's. A phase nested in another (compile in generation) counts for
-    itself only. The phases synchronise the GPU at both ends, so a kernel runs within the phase that launched
-    it; an NCCL kernel's time includes its wait for the slowest rank."""
-    out: dict[str, dict[str, float]] = {}
-
-    def kernels(e):
-        yield from e.kernels
-        for c in e.cpu_children:
-            if not c.name.startswith(prefix):
-                yield from kernels(c)
-
+    that started inside the phase's time range, all of them and NCCL's; a kernel inside a nested phase
+    (compile in generation) counts for the innermost. By time, not by the CPU op that launched a kernel: the
+    backward's kernels (DDP's all-reduce, FSDP's reduce-scatter among them) are launched from autograd's own
+    thread, outside the main thread's ranges. The phases synchronise the GPU at both ends, so a kernel runs
+    within the phase that launched it. An NCCL kernel's time includes its wait for the slowest rank."""
+    ranges = sorted(
+        (e.time_range.start, e.time_range.end, e.name[len(prefix) :])
+        for e in events
+        if e.name.startswith(prefix) and not _on_device(e)
+    )
+    out = {name: {"kernels_ms": 0.0, "nccl_ms": 0.0} for *_, name in ranges}
     for e in events:
-        if e.name.startswith(prefix):
-            ks = list(kernels(e))
-            d = out.setdefault(e.name[len(prefix) :], {"kernels_ms": 0.0, "nccl_ms": 0.0})
-            d["kernels_ms"] += sum(k.duration for k in ks) / 1e3
-            d["nccl_ms"] += sum(k.duration for k in ks if "nccl" in k.name.lower()) / 1e3
+        if not _on_device(e) or e.name.startswith(prefix):
+            continue
+        t = e.time_range.start
+        inside = [r for r in ranges if r[0] <= t < r[1]]
+        if inside:
+            d = out[inside[-1][2]]  # the latest-starting range that holds it: the innermost
+            d["kernels_ms"] += e.time_range.elapsed_us() / 1e3
+            if "nccl" in e.name.lower():
+                d["nccl_ms"] += e.time_range.elapsed_us() / 1e3
     return out
+
+
+def _on_device(e) -> bool:
+    return getattr(e.device_type, "name", str(e.device_type)) != "CPU"
 
 
 class ProfileStep(Callback):

@@ -28,36 +28,28 @@ def test_summary_sums_nccl_kernels_apart_from_the_rest():
     assert out["top_host"][0] == ["aten::mm", 0.9, 40]
 
 
-def fe(name, kernels=(), children=()):
-    """A stand-in profiler FunctionEvent: its own kernels (name, duration in us) and its CPU children."""
-    ks = [SimpleNamespace(name=n, duration=us) for n, us in kernels]
-    return SimpleNamespace(name=name, kernels=ks, cpu_children=list(children))
+def fe(name, start, end, device="CPU"):
+    """A stand-in profiler FunctionEvent: a name, a time range (us) and where it ran."""
+    rng = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
+    return SimpleNamespace(name=name, time_range=rng, device_type=SimpleNamespace(name=device))
 
 
-def test_phase_device_time_sums_the_kernels_launched_inside_each_phase_range():
+def test_phase_device_time_sums_the_kernels_that_start_inside_each_phase_range():
     from bench.scaling_rank import phase_device_ms
 
-    compile_ = fe("phase/compile", children=[fe("aten::mm", [("gemm", 4000.0)])])
-    gen = fe("phase/generation", children=[fe("aten::mm", [("gemm", 1000.0)]), compile_])
-    update = fe(
-        "phase/update",
-        children=[
-            fe("aten::mm", [("gemm", 2000.0)], [fe("aten::copy_", [("copy", 500.0)])]),
-            fe("c10d::reduce_scatter", [("ncclDevKernel_ReduceScatter_Sum_f32", 3000.0)]),
-        ],
-    )
     events = [
-        gen,
-        compile_,
-        update,
-        *update.cpu_children,
-        fe("aten::add", [("add", 9e6)]),
-    ]  # flat, as events()
-    out = phase_device_ms(events)
-    assert out == {
-        "generation": {"kernels_ms": 1.0, "nccl_ms": 0.0},  # compile's kernels are its own
-        "compile": {"kernels_ms": 4.0, "nccl_ms": 0.0},
-        "update": {"kernels_ms": 5.5, "nccl_ms": 3.0},
+        fe("phase/generation", 0, 100), fe("phase/compile", 10, 40), fe("phase/update", 100, 200),
+        fe("phase/update", 100, 200, "CUDA"),  # the range's own device-side annotation: not a kernel
+        fe("aten::mm", 1, 2),  # host ops carry no device time here
+        fe("gemm", 5, 6000, "CUDA"), fe("gemm", 20, 3020, "CUDA"),  # generation; compile (innermost)
+        fe("gemm", 120, 2120, "CUDA"),  # update, launched by autograd's thread: counted by its time
+        fe("ncclDevKernel_ReduceScatter_Sum_f32", 150, 3150, "CUDA"),
+        fe("gemm", 250, 9e6, "CUDA"),  # outside every phase
+    ]  # fmt: skip
+    assert phase_device_ms(events) == {
+        "generation": {"kernels_ms": 5.995, "nccl_ms": 0.0},
+        "compile": {"kernels_ms": 3.0, "nccl_ms": 0.0},
+        "update": {"kernels_ms": 5.0, "nccl_ms": 3.0},
     }
 
 
