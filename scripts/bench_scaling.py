@@ -176,7 +176,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = f"strong, {a.strong} prompts x n=64, m=16" if a.strong else "weak, 1 prompt per process, n=m=16"
     shape = f"layers {a.layers}, hidden {a.hidden}, vocab {a.vocab}, LoRA {a.lora}, {a.completion_len} tokens"
-    read = f"median over steps 3 to {a.steps - 1}" + (f"; step {a.steps} profiled" if a.profile else "")
+    last = a.steps - 1 if a.profile else a.steps  # the steps finish() reads
+    read = f"median over steps 3 to {last}" + (f"; step {a.steps} profiled" if a.profile else "")
     work = Path(tempfile.mkdtemp(prefix="pods_scaling_"))
     t0 = time.perf_counter()
     model_dir, data = build_model_dir(a, work), write_data(work)
