@@ -48,7 +48,11 @@ class Dist:
         the optimizer is built, since sharding replaces the parameters. Otherwise the model unchanged.
 
         With a half-precision compute dtype, parameters are all-gathered in that dtype (half the traffic of
-        float32) while the float32 shards stay the master weights and gradients are reduced in float32."""
+        float32) while the float32 shards stay the master weights and gradients are reduced in float32.
+        Gather in the compute dtype, never float32 under autocast: autocast's cache of bf16 weight casts then
+        meets FSDP2's regathered parameters, and an update of two micro-batches per rank came out 0.38 off the
+        one-process update (1e-2 scale is bf16's own; scripts/check_update_ranks.py --bf16, results/scaling/
+        h200x2/). The bf16 gather sits 2.5e-2 from autocast's update, bf16's own scale (2.3e-2 from float32)."""
         if not self.fsdp:
             return model
         from torch.distributed.device_mesh import init_device_mesh

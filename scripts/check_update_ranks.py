@@ -11,6 +11,8 @@ tensor, and its loss, rows and tokens match.
 
     python scripts/check_update_ranks.py --device cuda --procs 2 --out results/scaling/update_ranks_gpu.md
     python scripts/check_update_ranks.py --device cpu --procs 2 --rtol 1e-5 --out /tmp/ranks.md   # gloo
+    python scripts/check_update_ranks.py --device cpu --bf16 --kinds ddp,fsdp,fsdp_gather32 --micro 8 \
+        --out /tmp/ranks_bf16.md     # the GPU's precision on a CPU; _gather32: FSDP gathering float32
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ def update_distance(ref: dict, other: dict) -> dict:
             "same_rows_tokens": same}  # fmt: skip
 
 
-def run(procs: int, kind: str, device: str, out: Path) -> dict:
+def run(procs: int, kind: str, device: str, out: Path, precision: str = "", micro: int = 2) -> dict:
     from bench.harness import torchrun_command
 
-    cmd = [*torchrun_command(procs), str(SCRIPT), str(out), kind, device]
+    cmd = [*torchrun_command(procs), str(SCRIPT), str(out), kind, device, precision, str(micro)]
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} x{procs} failed:\n{proc.stderr[-3000:]}")
@@ -62,19 +64,25 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--kinds", default="ddp,fsdp,fsdp_keep")
     p.add_argument("--rtol", type=float, default=2e-2, help="the largest relative distance that passes")
+    p.add_argument(
+        "--bf16", action="store_true", help="bf16 autocast on a CPU too (the GPU's precision, over gloo)"
+    )
+    p.add_argument("--micro", type=int, default=2, help="rows per micro-batch (8: one micro-batch per rank)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pods_ranks_"))
-    ref = run(1, "none", a.device, work / "one.pt")
+    prec = "bf16" if a.bf16 else ""
+    ref = run(1, "none", a.device, work / "one.pt", prec, a.micro)
     rows = []
-    if a.device == "cuda":
-        fp32 = run(1, "none_fp32", a.device, work / "fp32.pt")
+    if a.device == "cuda" or a.bf16:
+        fp32 = run(1, "none_fp32", a.device, work / "fp32.pt", prec, a.micro)
         rows.append(("1 process, float32 (no autocast)", update_distance(ref, fp32), None))
     for kind in a.kinds.split(","):
-        d = update_distance(ref, run(a.procs, kind, a.device, work / f"{kind}.pt"))
+        d = update_distance(ref, run(a.procs, kind, a.device, work / f"{kind}.pt", prec, a.micro))
         rows.append((f"{a.procs} processes, {kind}", d, d["rel"] <= a.rtol and d["same_rows_tokens"]))
     lines = [
-        f"Update of one fixed batch, 1 process (bf16 autocast on a GPU) against each row; device {a.device}; "
+        f"Update of one fixed batch, 1 process (bf16 autocast on a GPU{' and here' if a.bf16 else ''}) against "
+        f"each row; device {a.device}; {a.micro} rows per micro-batch; "
         f"pass: relative distance <= {a.rtol} and the same rows and tokens.\n",
         "| run | largest relative distance of the update | on tensor | loss difference | rows, tokens | pass |",
         "|---|---|---|---|---|---|",

@@ -47,7 +47,10 @@ def count_all_gathers():
         pg.foreach_all_gather = real
 
 
-def main(out: str, kind: str, device_type: str = "cpu") -> None:
+def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", micro: str = "2") -> None:
+    """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
+    autocast on a CPU too (the GPU's precision, reproducible without one). kind suffixes: _keep (FSDP keeps
+    its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _fp32 (no autocast)."""
     import os
 
     cuda = device_type == "cuda"
@@ -55,25 +58,30 @@ def main(out: str, kind: str, device_type: str = "cpu") -> None:
     if cuda:
         torch.cuda.set_device(device)
     fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
-    kind = kind.removesuffix("_fp32")
-    dtype = torch.bfloat16 if cuda and not fp32 else torch.float32
+    gather32 = kind.endswith("_gather32")
+    kind = kind.removesuffix("_fp32").removesuffix("_gather32")
+    dtype = torch.bfloat16 if (cuda or precision == "bf16") and not fp32 else torch.float32
     b = _batch([6, 3, 1, 5, 2, 4, 6, 2], [7, 2, 5, 1, 6, 3, 4, 7])  # rows of every length mix
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.25, -0.25])  # group 2: zero variance
     c = cfg()
-    c.hardware.distributed, c.update.micro_batch_size = kind.removesuffix("_keep"), 2
+    c.hardware.distributed, c.update.micro_batch_size = kind.removesuffix("_keep"), int(micro)
     c.update.fsdp_reshard_after_forward = not kind.endswith("_keep")  # fsdp_keep: gathered for the whole step
     dist = Dist(c.hardware, device)
-    shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if cuda else dict(hidden=32, heads=4, kv_heads=2)
+    big = cuda or precision == "bf16"
+    shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if big else dict(hidden=32, heads=4, kv_heads=2)
     model = random_qwen2(vocab=97, tie_word_embeddings=True, **shape)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    model = dist.shard_model(model.to(device), dtype)
+    model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     train_model, opt = dist.prepare(model, opt)
     mine = b.select_groups(dist.shard(list(range(b.num_groups))))  # this rank's groups
     mine.advantages = b.advantages.view(b.num_groups, 2)[dist.shard(list(range(b.num_groups)))].flatten()
-    with count_all_gathers() as gathers, autocast(dtype, device):
+    mixed = (
+        autocast(dtype, device) if cuda else torch.autocast("cpu", torch.bfloat16, dtype == torch.bfloat16)
+    )
+    with count_all_gathers() as gathers, mixed:
         stats = policy_update(train_model, mine, opt, sched, c.algo, c.update, c.optim, device, dist)
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
     if weights is None:
