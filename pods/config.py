@@ -306,9 +306,14 @@ class UpdateConfig:
     # until that step's last backward (one all-gather per layer per step instead of one per forward and one
     # per backward of every micro-batch), at the memory of the full weights in the compute dtype
     fsdp_reshard_after_forward: bool = True
+    # FSDP only: each layer's forward starts the all-gathers of the next this many layers before its own
+    # compute (its backward those of the previous as many), so they overlap that compute even when the host
+    # does not run ahead of the GPU; 0 leaves FSDP2's defaults (implicit in forward, one layer in backward)
+    fsdp_prefetch: int = 0
 
     def check(self) -> None:
         at_least("update.micro_batch_size", self.micro_batch_size, 1)
+        at_least("update.fsdp_prefetch", self.fsdp_prefetch, 0, " (0 = FSDP2's implicit prefetching)")
         at_least("update.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
         for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
             if getattr(self, key) is not None:

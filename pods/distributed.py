@@ -43,7 +43,7 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def shard_model(self, model, compute_dtype: torch.dtype = torch.float32):
+    def shard_model(self, model, compute_dtype: torch.dtype = torch.float32, prefetch: int = 0):
         """FSDP: shard each decoder layer, then the rest (embeddings, head), over all ranks, in place; before
         the optimizer is built, since sharding replaces the parameters. Otherwise the model unchanged.
 
@@ -68,6 +68,10 @@ class Dist:
         for layer in layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
+        if prefetch > 0:  # update.fsdp_prefetch: explicit, `prefetch` layers ahead in forward and in backward
+            for i, layer in enumerate(layers):
+                layer.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + prefetch])
+                layer.set_modules_to_backward_prefetch(layers[max(0, i - prefetch) : i][::-1])
         return model
 
     def prepare(self, model, optimizer):

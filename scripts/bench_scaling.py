@@ -9,16 +9,10 @@ a kernel waiting for a slower rank counts) is the table's NCCL column, and its t
 <out>.profile.md. Each point's table, raw records and profile are written as soon as it ends. Weak scaling
 keeps the work per process fixed (one prompt per process per step: efficiency = step at 1 / step at k); strong
 scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k processes, the headline's n=64,
-m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false. `--side-by-side` runs the
-1-process points of all dists at once, one GPU each (they share the host's CPUs, not a GPU). Each launch prints
-where its seconds went: warm-up compiles, steps, and the rest (start-up, model load, teardown).
-
-    python scripts/bench_scaling.py --procs 1,2,4 --dist ddp,fsdp --out results/scaling/h100_0.5b.md   # GPUs
-    python scripts/bench_scaling.py --procs 1,2,4 --dist ddp --lora --layers 36 --hidden 2048 --heads 16 \\
-        --kv-heads 2 --intermediate 11008 --out results/scaling/h100_3b_lora.md
-    python scripts/bench_scaling.py --procs 1,2,4 --dist ddp --strong 8 --out results/scaling/strong.md
-    python scripts/bench_scaling.py --device cpu --procs 1,2 --dist ddp,fsdp --layers 2 --hidden 64 \\
-        --vocab 512 --completion-len 16 --steps 5 --out /tmp/scaling.md             # CPU smoke, gloo
+m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false, `fsdp_prefetch` FSDP with
+update.fsdp_prefetch=1. `--side-by-side` runs the 1-process points of all dists at once, one GPU each (they
+share the host's CPUs, not a GPU). Each launch prints where its seconds went: warm-up compiles, steps, and the
+rest (start-up, model load, teardown).
 """
 
 from __future__ import annotations
@@ -45,6 +39,8 @@ DISTS = {  # --dist name -> (hardware preset on a GPU, hardware.distributed, ext
     "fsdp": ("fsdp", "fsdp", []),
     # FSDP, a layer's gathered weights kept through the optimizer step (one all-gather per unit per step)
     "fsdp_keep": ("fsdp", "fsdp", ["update.fsdp_reshard_after_forward=false"]),
+    # FSDP, each layer starting the next layer's all-gather explicitly (forward and backward)
+    "fsdp_prefetch": ("fsdp", "fsdp", ["update.fsdp_prefetch=1"]),
 }
 
 

@@ -79,6 +79,7 @@ def test_selector_n_m_sweepable(make_cfg):
         ),
         (["rollout.hf.prompt_bucket=0"], "rollout.hf.prompt_bucket=0 must be >= 1"),
         (["update.micro_batch_tokens=-1"], "update.micro_batch_tokens=-1 must be >= 0"),
+        (["update.fsdp_prefetch=-1"], "update.fsdp_prefetch=-1 must be >= 0"),
         (
             ["update.row_bucket=-8"],
             "update.row_bucket=-8 must be >= 0 (0 = off, null = the device decides)",

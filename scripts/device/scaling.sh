@@ -4,7 +4,7 @@
 # several per call, each under its own time limit (a point's table is written as soon as it ends, so a part
 # stopped by its limit keeps the points it finished). A 0.5B launch cost about 90 s on 4 H200s; each launch now
 # prints where its seconds went. Plan one or two parts per call:
-#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP, FSDP keeping gathered weights; last step profiled
+#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP, FSDP prefetching (DISTS=...,fsdp_keep adds it)
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # DISTS=fsdp picks the layouts of weak_0.5b; LIMIT=<s> overrides every part's time limit.
@@ -24,7 +24,7 @@ part() {  # part <seconds> <name> <command>...: one part under a limit; its laun
 }
 for n in "$@"; do
   case $n in
-    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_keep}" --side-by-side --steps 7 --profile \
+    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_prefetch}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-300}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
       --intermediate 11008 --steps 6 --out "$R/$n.md" ;;

@@ -26,7 +26,7 @@ def _run(procs: int, kind: str, out: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep"])
+@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch"])
 def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
     one = _run(1, "none", tmp_path / "one.pt")
     two = _run(2, kind, tmp_path / "two.pt")
@@ -51,6 +51,8 @@ def test_fsdp_keeping_the_gathered_weights_all_gathers_once_per_layer_per_step(t
     units = 2 + 1  # random_qwen2's decoder layers, each its own unit, and the root
     assert keep == units, (keep, default)
     assert default > 2 * keep  # two micro-batches here, each gathering in its forward and its backward
+    # update.fsdp_prefetch moves the gathers earlier, it does not add any
+    assert _run(2, "fsdp_prefetch", tmp_path / "prefetch.pt")["all_gathers"] == default
 
 
 @pytest.mark.slow

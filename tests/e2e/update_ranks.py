@@ -50,7 +50,8 @@ def count_all_gathers():
 def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", micro: str = "2") -> None:
     """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
     autocast on a CPU too (the GPU's precision, reproducible without one). kind suffixes: _keep (FSDP keeps
-    its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _fp32 (no autocast)."""
+    its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _prefetch (FSDP
+    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast)."""
     import os
 
     cuda = device_type == "cuda"
@@ -59,7 +60,8 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
         torch.cuda.set_device(device)
     fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
     gather32 = kind.endswith("_gather32")
-    kind = kind.removesuffix("_fp32").removesuffix("_gather32")
+    prefetch = 1 if kind.endswith("_prefetch") else 0
+    kind = kind.removesuffix("_fp32").removesuffix("_gather32").removesuffix("_prefetch")
     dtype = torch.bfloat16 if (cuda or precision == "bf16") and not fp32 else torch.float32
     b = _batch([6, 3, 1, 5, 2, 4, 6, 2], [7, 2, 5, 1, 6, 3, 4, 7])  # rows of every length mix
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
@@ -72,7 +74,7 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if big else dict(hidden=32, heads=4, kv_heads=2)
     model = random_qwen2(vocab=97, tie_word_embeddings=True, **shape)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype)
+    model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype, prefetch)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     train_model, opt = dist.prepare(model, opt)
