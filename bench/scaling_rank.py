@@ -24,10 +24,17 @@ def _self_device_us(e) -> float:
     return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
 
 
+def _kernel(e) -> bool:
+    """A device-side event that is a kernel (or copy): not a CPU op, whose self device time repeats the
+    kernels it launched, nor a user annotation (a record_function range's span on the GPU, `nccl:*` and
+    `phase/*` among them). Counting either would count a kernel twice (torch's own total skips both)."""
+    return _on_device(e) and not getattr(e, "is_user_annotation", False)
+
+
 def summarize(events, rank: int, step: int) -> dict:
-    """profiler.key_averages() -> the step's NCCL and kernel device time (ms) and the top entries. Pure on its
-    input, so a CPU test can feed it stand-in events."""
-    dev = sorted(((e.key, _self_device_us(e) / 1e3, e.count) for e in events if _self_device_us(e) > 0),
+    """profiler.key_averages() -> the step's NCCL and kernel device time (ms, kernels only) and the top
+    entries. Pure on its input, so a CPU test can feed it stand-in events."""
+    dev = sorted(((e.key, _self_device_us(e) / 1e3, e.count) for e in events if _kernel(e) and _self_device_us(e) > 0),
                  key=lambda x: -x[1])  # fmt: skip
     host = sorted(((e.key, e.self_cpu_time_total / 1e3, e.count) for e in events), key=lambda x: -x[1])
     nccl = [d for d in dev if "nccl" in d[0].lower()]
@@ -56,7 +63,7 @@ def phase_device_ms(events, prefix: str = "phase/") -> dict[str, dict[str, float
     )
     out = {name: {"kernels_ms": 0.0, "nccl_ms": 0.0} for *_, name in ranges}
     for e in events:
-        if not _on_device(e) or e.name.startswith(prefix):
+        if not _kernel(e):
             continue
         t = e.time_range.start
         inside = [r for r in ranges if r[0] <= t < r[1]]

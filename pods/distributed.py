@@ -19,6 +19,20 @@ def launched_distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def prefetch_plan(layers: int, ahead: int) -> list[tuple[list[int], list[int]]]:
+    """update.fsdp_prefetch: for each of `layers` decoder layers in forward order, (the layers its forward
+    starts gathering: the next `ahead`; those its backward starts: the previous `ahead`, nearest first, the
+    order the backward reaches them).
+
+    >>> prefetch_plan(4, 2)
+    [([1, 2], []), ([2, 3], [0]), ([3], [1, 0]), ([], [2, 1])]
+    """
+    return [
+        (list(range(i + 1, min(layers, i + 1 + ahead))), list(range(i - 1, max(-1, i - 1 - ahead), -1)))
+        for i in range(layers)
+    ]
+
+
 class Dist:
     def __init__(self, hardware: HardwareConfig, device: torch.device):
         self.accelerator = None
@@ -69,9 +83,9 @@ class Dist:
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         if prefetch > 0:  # update.fsdp_prefetch: explicit, `prefetch` layers ahead in forward and in backward
-            for i, layer in enumerate(layers):
-                layer.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + prefetch])
-                layer.set_modules_to_backward_prefetch(layers[max(0, i - prefetch) : i][::-1])
+            for layer, (fwd, bwd) in zip(layers, prefetch_plan(len(layers), prefetch)):
+                layer.set_modules_to_forward_prefetch([layers[j] for j in fwd])
+                layer.set_modules_to_backward_prefetch([layers[j] for j in bwd])
         return model
 
     def prepare(self, model, optimizer):

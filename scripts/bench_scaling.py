@@ -10,8 +10,8 @@ a kernel waiting for a slower rank counts) is the table's NCCL column, and its t
 keeps the work per process fixed (one prompt per process per step: efficiency = step at 1 / step at k); strong
 scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k processes, the headline's n=64,
 m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false, `fsdp_prefetch` FSDP with
-update.fsdp_prefetch=1. `--side-by-side` runs the 1-process points of all dists at once, one GPU each (they
-share the host's CPUs, not a GPU). Each launch prints where its seconds went: warm-up compiles, steps, and the
+update.fsdp_prefetch=1. `--side-by-side` runs the 1-process points of the dists at once, one GPU each, as many
+as there are GPUs, the rest after the multi-GPU points (they share the host's CPUs, not a GPU). Each launch prints where its seconds went: warm-up compiles, steps, and the
 rest (start-up, model load, teardown).
 """
 
@@ -154,7 +154,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     p.add_argument("--procs", default="1,2,4", help="comma list of process counts (one GPU each)")
-    p.add_argument("--dist", default="ddp,fsdp", help="comma list of ddp, fsdp")
+    p.add_argument("--dist", default="ddp,fsdp", help=f"comma list of {', '.join(DISTS)}")
     p.add_argument(
         "--strong", type=int, default=0, help="a fixed global batch of this many prompts (n=64, m=16)"
     )
@@ -164,7 +164,7 @@ def main() -> None:
     )
     p.add_argument(
         "--side-by-side", action="store_true",
-        help="run the 1-process points of all --dist at once, one GPU each (needs as many GPUs as dists)",
+        help="run the 1-process points of all --dist at once, one GPU each, as many at once as there are GPUs",
     )  # fmt: skip
     a = p.parse_args()
     a.threads = a.threads or 1
@@ -190,24 +190,14 @@ def main() -> None:
         chunks = [singles[i : i + width] for i in range(0, len(singles), width)]
         batches = chunks[:1] + [[p] for p in points if p[1] != 1] + chunks[1:]
     results: dict[tuple[str, int], tuple] = {}
-    for batch in batches:
-        gpus = (
-            [str(i) for i in range(len(batch))] if a.side_by_side and len(batch) > 1 else [None] * len(batch)
-        )
-        started = [launch(a, model_dir, data, k, d, work / f"{d}_{k}", g) for (d, k), g in zip(batch, gpus)]
-        for (d, k), launched in zip(batch, started):
-            results[(d, k)] = finish(a, launched, k, d, work / f"{d}_{k}")
-            cost = results[(d, k)][2]
-            print(f"{d} x{k}: launch {cost['launch_s']:.0f} s (warm-up compiles {cost['compile_s']:.0f} s, steps "
-                  f"{cost['steps_s']:.0f} s; the rest is start-up and teardown)", flush=True)  # fmt: skip
-        done = [p for p in points if p in results]  # written after every batch: a run stopped by a time
-        rows = [
-            (d, k, summarize(*results[(d, k)][:2])) for d, k in done
-        ]  # limit keeps the points it finished
+    side = "; 1-process points side by side, one GPU each" if a.side_by_side else ""
+
+    def write() -> None:  # after every batch, and before a failure ends the run: finished points are kept
+        done = [p for p in points if p in results]
+        rows = [(d, k, summarize(*results[(d, k)][:2])) for d, k in done]
         raw = [{"dist": d, "procs": k, **r} for d, k in done for r in results[(d, k)][0]]
         raw += [{"dist": d, "procs": k, "profile": pr} for d, k in done for pr in results[(d, k)][1]]
         raw += [{"dist": d, "procs": k, "launch": results[(d, k)][2]} for d, k in done]
-        side = "; 1-process points side by side, one GPU each" if a.side_by_side else ""
         out.write_text(
             f"Scaling ({kind}; {shape}; device {a.device}; {read}{side}):\n\n" + table(rows, not a.strong)
         )
@@ -217,6 +207,27 @@ def main() -> None:
                 profile_md([(d, k, results[(d, k)][1]) for d, k in done])
             )
         print(table(rows, not a.strong), flush=True)
+
+    for batch in batches:
+        gpus = (
+            [str(i) for i in range(len(batch))] if a.side_by_side and len(batch) > 1 else [None] * len(batch)
+        )
+        started = [launch(a, model_dir, data, k, d, work / f"{d}_{k}", g) for (d, k), g in zip(batch, gpus)]
+        try:
+            for (d, k), launched in zip(batch, started):
+                results[(d, k)] = finish(a, launched, k, d, work / f"{d}_{k}")
+                cost = results[(d, k)][2]
+                print(f"{d} x{k}: launch {cost['launch_s']:.0f} s (warm-up compiles {cost['compile_s']:.0f} s, "
+                      f"steps {cost['steps_s']:.0f} s; the rest is start-up and teardown)", flush=True)  # fmt: skip
+        except BaseException:  # a failed or interrupted point: stop its batch-mates, keep what finished
+            for proc, log, _ in started:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+                log.close()
+            write()
+            raise
+        write()
     shutil.rmtree(work, ignore_errors=True)
 
 

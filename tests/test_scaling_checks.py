@@ -37,6 +37,12 @@ def test_update_distance_is_relative_to_the_reference_update_per_tensor():
     ]
 
 
+def test_a_diverged_update_is_the_worst_not_a_pass():
+    ref = _update({"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([1.0, 0.0])})
+    d = update_distance(ref, _update({"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([float("nan"), 0.0])}))
+    assert d["rel"] == float("inf") and d["tensor"] == "b"
+
+
 def test_an_update_that_moves_a_tensor_the_reference_left_alone_counts_as_fully_off():
     ref = _update({"a": torch.zeros(3)})
     assert update_distance(ref, _update({"a": torch.zeros(3)}))["rel"] == 0.0

@@ -14,19 +14,19 @@ set -o pipefail
 [ $# -gt 0 ] || { echo "give parts: weak_0.5b weak_3b_lora strong_0.5b correct curves"; exit 2; }
 source scripts/device/setup.sh || exit 1
 OUTDIR=${OUT:-/tmp/scaling_out}; R=/tmp/scaling_run/scaling; mkdir -p "$R" "$OUTDIR"  # $OUT returns <= 8 files
-NG=$(nvidia-smi -L | wc -l)
+NG=$(nvidia-smi -L | grep -c '^GPU ')  # whole GPUs (MIG devices are listed below them)
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
 B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
   timeout "$t" "$@" > "$R/$name.log" 2>&1; echo "$name: exit $? ($SECONDS s into the call)"; tail -2 "$R/$name.log"
-  pkill -f bench.scaling_rank; pkill -f torchrun; pkill -f update_ranks; sleep 2
+  pkill -f bench.scaling_rank; pkill -f torchrun; pkill -f torch.distributed.run; pkill -f update_ranks; sleep 2
 }
 for n in "$@"; do
   case $n in
     weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_prefetch}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
-    weak_3b_lora) part "${LIMIT:-300}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
+    weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
       --intermediate 11008 --steps 6 --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
     correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 --out "$R/$n.md" ;;
@@ -42,9 +42,10 @@ for hw in ("multi_gpu", "fsdp"):
         recs = [json.loads(x) for x in open(f"{sys.argv[1]}/curves_{hw}/metrics.jsonl")]
     except OSError:
         print(f"{hw}: no run"); continue
-    ev = [(r["step"], round(r["eval/accuracy"], 4)) for r in recs if r.get("kind") == "eval"]
+    ev = [(r["step"], round(r.get("eval/accuracy", float("nan")), 4)) for r in recs if r.get("kind") == "eval"]
     steps = [r["timing/step"] for r in recs if r.get("kind") == "train"]
-    print(f"{hw}: eval (step, accuracy) {ev}; {len(steps)} steps, median step {statistics.median(steps):.3f} s")
+    med = f"{statistics.median(steps):.3f} s" if steps else "none"
+    print(f"{hw}: eval (step, accuracy) {ev}; {len(steps)} steps, median step {med}")
 PY
       ;;
     *) echo "unknown part $n"; exit 2 ;;

@@ -1,6 +1,7 @@
 """The generation copy refreshed from an FSDP-sharded policy, under torchrun (2 processes, gloo): gathered per
 tensor (DTensor.full_tensor, as before) and gathered per unit inside Dist.full_weights (what the Trainer does),
-after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers each refresh issued.
+after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers the per-unit refresh issued, and whether the policy held full tensors inside
+the block and shards after it.
 
     torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt
 
@@ -36,15 +37,17 @@ def main(out: str) -> None:
     with torch.no_grad():  # the shards move, as after an optimizer step (different on each rank)
         for k, p in enumerate(model.parameters()):
             p.to_local().add_(0.01 * (k + 1) * (dist.rank + 1))
-    with count_all_gathers() as tensor_gathers:
-        per_tensor.sync(model)
+    per_tensor.sync(model)
     with count_all_gathers() as unit_gathers, dist.full_weights(model):
+        # the copy reads plain full tensors here, not shards it would gather one by one (DTensor.full_tensor)
+        plain = not any(hasattr(p, "full_tensor") for p in model.parameters())
         per_unit.sync(model)
+    resharded = all(hasattr(p, "full_tensor") for p in model.parameters())
     if dist.is_main:
         torch.save(
             {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
              "unit_gathers": unit_gathers[0],
-             "tensor_gathers": tensor_gathers[0], "units": 2 + 1},  # random_qwen2: 2 layers and the root
+             "plain": plain, "resharded": resharded, "units": 2 + 1},  # random_qwen2: 2 layers and the root
             out,
         )  # fmt: skip
 
