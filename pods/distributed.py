@@ -124,6 +124,40 @@ class Dist:
                 m.reshard()
             self.keep_gathered(model, False, last=True)  # FSDP2's defaults again
 
+    def gathered_units(self, model):
+        """FSDP: for each FSDP unit in turn, yield the names (as `model.named_parameters()` gives them) of the
+        parameters it holds, with that unit's weights gathered in the compute dtype and the next unit's gather
+        already under way; each unit is resharded after its turn, so at most two are whole at once (a refresh
+        of the generation copy then costs two layers of memory, not the whole model). One all-gather per unit.
+        Otherwise yields None once: every parameter is already whole."""
+        if not self.fsdp:
+            yield None
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [(name, m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+        prefixes = [name + "." if name else "" for name, _ in units]
+        owned: list[set[str]] = [set() for _ in units]
+        for pname, _ in model.named_parameters():  # each parameter belongs to its deepest unit
+            holders = [i for i, pre in enumerate(prefixes) if pname.startswith(pre)]
+            owned[max(holders, key=lambda i: len(prefixes[i]))].add(pname)
+        pending = units[0][1].unshard(async_op=True)
+        try:
+            for i, (_, unit) in enumerate(units):
+                ahead = units[i + 1][1].unshard(async_op=True) if i + 1 < len(units) else None
+                if pending is not None:
+                    pending.wait()
+                pending = ahead
+                try:
+                    yield owned[i]
+                finally:
+                    unit.reshard()
+        finally:  # stopped early (an error in the caller): the gather issued ahead is finished and undone
+            if pending is not None:
+                pending.wait()
+            for _, unit in units:
+                unit.reshard()
+
     def keep_gathered(self, model, keep: bool, last: bool) -> None:
         """FSDP, for one forward/backward pass of the update: with `keep`, a layer's gathered weights stay
         from its forward to its backward, and after the backward too unless this is the step's `last` pass;

@@ -154,10 +154,12 @@ class GenerationCopy:
         return out
 
     @torch.no_grad()
-    def sync(self, model) -> None:
+    def sync(self, model, only: set[str] | None = None) -> None:
         """Copy the policy's current weights into the generation copy, in place. Every training weight must
         land somewhere: a weight the copy has no place for is an error, not a silent divergence. Weights the
-        copy shares with the policy need no copy; shared adapted layers are merged by `merge`."""
+        copy shares with the policy need no copy; shared adapted layers are merged by `merge`. `only`: copy
+        just these weights (names as the policy's plain names; FSDP refreshes one unit at a time), frozen
+        ones included every time."""
         params, dsts = self._plain_names(model), dict(self.model.named_parameters())
         want = self.adapted | {k for k, p in params.items() if p.requires_grad}
         lost = sorted(want - set(dsts))
@@ -166,19 +168,19 @@ class GenerationCopy:
                 f"generation copy: trained weights {lost[:4]} have no place in the copy (tied or renamed "
                 "modules); use rollout.hf.compile=false"
             )
-        for name, w in self._merged(model, lambda n: n not in self.backup):
+        for name, w in self._merged(model, lambda n: n not in self.backup and (only is None or n in only)):
             dsts[name].copy_(w)
         for name, dst in dsts.items():
-            if name in self.adapted:
+            if name in self.adapted or (only is not None and name not in only):
                 continue
             src = params.get(name)
             if src is None:
                 raise KeyError(f"generation copy: no training parameter named {name!r}")
             if dst.data_ptr() == src.data_ptr():  # shared storage
                 continue
-            if src.requires_grad or not self._synced_frozen:  # frozen weights are copied once
+            if src.requires_grad or not self._synced_frozen or only is not None:  # frozen: copied once
                 dst.copy_(_full(src.detach()))
-        self._synced_frozen = True
+        self._synced_frozen = self._synced_frozen or only is None
 
     @torch.no_grad()
     def merge(self, model) -> None:

@@ -212,11 +212,13 @@ class HFGenerator(Backend):
         """The training module that generate() reads (FSDP gathers its weights first), None with a copy."""
         return self.model if self.copy is None else None
 
-    def sync_weights(self, model) -> None:
-        """Compiled path: refresh the generation copy after an update; otherwise nothing to push (generation
-        runs on the training model itself)."""
+    def sync_weights(self, model, only: set[str] | None = None) -> None:
+        """Compiled path: refresh the generation copy after an update (`only` these weights, when given);
+        otherwise nothing to push (generation runs on the training model itself)."""
         if self.copy is not None:
-            self.copy.sync(model)
+            self.copy.sync(model, only)
+
+    syncs_by_name = True  # sync_weights takes `only`: the Trainer refreshes an FSDP policy a unit at a time
 
     def tokenize(self, prompts: list[str], add_special_tokens: bool) -> tuple[torch.Tensor, torch.Tensor]:
         self.tok.padding_side = "left"

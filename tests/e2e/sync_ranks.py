@@ -5,6 +5,9 @@ the block and shards after it.
 
     torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt
 
+A third copy is refreshed a unit at a time (Dist.gathered_units, `only=` each unit's names), as the Trainer
+refreshes the HF backend's copy: the same weights, one all-gather per unit, at most two units whole at once.
+
 tests/e2e/test_update_ranks.py checks that the two copies are equal, bit for bit, and that the per-unit
 refresh gathers each unit once.
 """
@@ -32,6 +35,7 @@ def main(out: str) -> None:
     model = dist.shard_model(random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2), dtype)
     per_tensor = GenerationCopy(model, torch.device("cpu"), dtype)  # built and first synced per tensor
     per_unit = GenerationCopy(model, torch.device("cpu"), dtype)
+    windowed = GenerationCopy(model, torch.device("cpu"), dtype)
     take = lambda c: {k: v.detach().clone() for k, v in c.model.state_dict().items()}  # noqa: E731
     before = take(per_unit)
     with torch.no_grad():  # the shards move, as after an optimizer step (different on each rank)
@@ -43,11 +47,20 @@ def main(out: str) -> None:
         plain = not any(hasattr(p, "full_tensor") for p in model.parameters())
         per_unit.sync(model)
     resharded = all(hasattr(p, "full_tensor") for p in model.parameters())
+    named, whole = [], []  # per turn: the unit's names, and the names whose weights were whole then
+    with count_all_gathers() as window_gathers:
+        for names in dist.gathered_units(model):  # what the Trainer does with the HF backend
+            named.append(sorted(names))
+            whole.append(sorted(n for n, p in model.named_parameters() if not hasattr(p, "full_tensor")))
+            windowed.sync(model, only=names)
+    resharded = resharded and all(hasattr(p, "full_tensor") for p in model.parameters())
     if dist.is_main:
         torch.save(
             {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
              "unit_gathers": unit_gathers[0],
-             "plain": plain, "resharded": resharded, "units": 2 + 1},  # random_qwen2: 2 layers and the root
+             "plain": plain, "resharded": resharded, "units": 2 + 1,  # random_qwen2: 2 layers and the root
+             "windowed": take(windowed), "window_gathers": window_gathers[0], "whole": whole,
+             "named": named, "all_names": sorted(n for n, _ in model.named_parameters())},
             out,
         )  # fmt: skip
 

@@ -100,3 +100,19 @@ def test_fsdp_matches_ddp_and_resumes_exactly(ddp_run, tmp_path):
     assert [r["step"] for r in c] == [1, 2, 3]
     for k in COMPARE:
         assert c[2][k] == b[2][k], (k, c[2][k], b[2][k])
+
+
+@pytest.mark.slow
+def test_fsdp_with_a_generation_copy_refreshed_unit_by_unit_matches_ddp(tmp_path):
+    """rollout.hf.compile=true on a CPU: generation reads a float32 copy of the policy (nothing compiled), which
+    the Trainer refreshes after every update: under FSDP one unit at a time (Dist.gathered_units), under DDP
+    whole. A stale or partial refresh would change steps 2 and 3's rollouts; the two runs agree."""
+    runs = {}
+    for dist in ("ddp", "fsdp"):
+        run = tmp_path / dist
+        _torchrun(run, tmp_path / f"logs_{dist}", f"hardware.distributed={dist}", "rollout.hf.compile=true")
+        runs[dist] = _train(run)
+    assert [r["step"] for r in runs["fsdp"]] == [1, 2, 3]
+    for x, y in zip(runs["ddp"], runs["fsdp"]):
+        for k in COMPARE:
+            assert math.isclose(x[k], y[k], rel_tol=1e-4, abs_tol=1e-7), (x["step"], k, x[k], y[k])

@@ -73,3 +73,11 @@ def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refre
     assert moved >= len(r["before"]) - 2  # the refresh brought the moved shards (rotary buffers stay)
     assert r["unit_gathers"] == r["units"]
     assert r["plain"] and r["resharded"]  # full tensors inside the block, shards again after it
+    for k, w in r["per_tensor"].items():  # a unit at a time (the Trainer's way): the same weights
+        assert torch.equal(r["windowed"][k], w), k
+    assert r["window_gathers"] == r["units"]
+    names = [n for unit in r["named"] for n in unit]
+    assert sorted(names) == r["all_names"] and len(r["named"]) == r["units"]  # each weight in one unit
+    for i, (unit, whole) in enumerate(zip(r["named"], r["whole"])):  # whole: this unit, at most the next too
+        after = r["named"][i + 1] if i + 1 < len(r["named"]) else []
+        assert set(unit) <= set(whole) <= set(unit) | set(after), (i, whole)
