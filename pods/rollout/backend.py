@@ -69,7 +69,9 @@ class Generator(Protocol):
         ...
 
     def sync_weights(self, model) -> None:
-        """Make the next generate() sample from `model`'s current weights (called after each update)."""
+        """Make the next generate() sample from `model`'s current weights (called after each update). A backend
+        that sets `syncs_by_name = True` also takes `only=` a set of weight names (copy just those): under FSDP
+        the Trainer then calls it once per gathered unit, so the whole model is never gathered at once."""
         ...
 
 
