@@ -47,11 +47,22 @@ def update_distance(ref: dict, other: dict) -> dict:
             "same_rows_tokens": same}  # fmt: skip
 
 
-def run(procs: int, kind: str, device: str, out: Path, precision: str = "", micro: int = 2) -> dict:
+def run(
+    procs: int,
+    kind: str,
+    device: str,
+    out: Path,
+    precision: str = "",
+    micro: int = 2,
+    timeout: float | None = None,
+) -> dict:
+    """One update_ranks.py launch by `procs` processes: its saved weights, start, stats and all-gather count
+    (tests/e2e/test_update_ranks.py launches it this way too)."""
     from bench.harness import torchrun_command
 
     cmd = [*torchrun_command(procs), str(SCRIPT), str(out), kind, device, precision, str(micro)]
-    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} x{procs} failed:\n{proc.stderr[-3000:]}")
     return torch.load(out)

@@ -79,14 +79,14 @@ def test_current_spellings_pass():
     )
 
 
+def _train_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m pods.train <args>` from the repository root, its output captured."""
+    cmd = [sys.executable, "-m", "pods.train", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=CONF.parent, timeout=120)
+
+
 def test_the_cli_refuses_in_one_line_before_hydra():
-    r = subprocess.run(
-        [sys.executable, "-m", "pods.train", "selector=greso_max_variance"],
-        capture_output=True,
-        text=True,
-        cwd=CONF.parent,
-        timeout=120,
-    )
+    r = _train_cli("selector=greso_max_variance")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "prefilter=greso" in r.stderr
 
@@ -104,13 +104,7 @@ def test_a_retired_key_in_a_users_yaml_gets_the_same_line_from_the_cli(tmp_path)
     """An old-layout hardware profile of one's own: Hydra stops composing it; the CLI names the new key."""
     (tmp_path / "hardware").mkdir()
     (tmp_path / "hardware" / "mine.yaml").write_text("name: mine\ndevice: cpu\nmicro_batch_size: 32\n")
-    r = subprocess.run(
-        [sys.executable, "-m", "pods.train", "--config-dir", str(tmp_path), "hardware=mine"],
-        capture_output=True,
-        text=True,
-        cwd=CONF.parent,
-        timeout=120,
-    )
+    r = _train_cli("--config-dir", str(tmp_path), "hardware=mine")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "write update.micro_batch_size" in r.stderr
 
