@@ -148,15 +148,14 @@ class Dist:
                 if pending is not None:
                     pending.wait()
                 pending = ahead
-                try:
-                    yield owned[i]
-                finally:
-                    unit.reshard()
-        finally:  # stopped early (an error in the caller): the gather issued ahead is finished and undone
-            if pending is not None:
+                yield owned[i]
+                unit.reshard()
+        except BaseException:  # stopped early (an error in the caller): finish the gather issued ahead, and
+            if pending is not None:  # leave every unit sharded, as after a whole pass
                 pending.wait()
             for _, unit in units:
                 unit.reshard()
+            raise
 
     def keep_gathered(self, model, keep: bool, last: bool) -> None:
         """FSDP, for one forward/backward pass of the update: with `keep`, a layer's gathered weights stay
