@@ -13,6 +13,8 @@ tensor, its loss is within --rtol of the 1-process loss (1e-6 absolute), and its
     python scripts/check_update_ranks.py --device cpu --procs 2 --rtol 1e-5 --out /tmp/ranks.md   # gloo
     python scripts/check_update_ranks.py --device cpu --bf16 --kinds ddp,fsdp,fsdp_gather32 --micro 8 \
         --out /tmp/ranks_bf16.md     # the GPU's precision on a CPU; _gather32: FSDP gathering float32
+    python scripts/check_update_ranks.py --device cpu --bf16 --kinds fsdp_gather32,fsdp_gather32_nocache \
+        --micro 2 --out /tmp/ranks_cache.md   # float32 gathers under autocast, with and without its cast cache
 """
 
 from __future__ import annotations

@@ -51,13 +51,16 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
     autocast on a CPU too (the GPU's precision, reproducible without one). kind suffixes: _keep (FSDP keeps
     its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _prefetch (FSDP
-    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast)."""
+    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast); and last, _nocache
+    (autocast without its cache of weight casts)."""
     import os
 
     cuda = device_type == "cuda"
     device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
+    nocache = kind.endswith("_nocache")  # autocast without its cache of weight casts
+    kind = kind.removesuffix("_nocache")
     fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
     gather32 = kind.endswith("_gather32")
     prefetch = 1 if kind.endswith("_prefetch") else 0
@@ -80,9 +83,12 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     train_model, opt = dist.prepare(model, opt)
     mine = b.select_groups(dist.shard(list(range(b.num_groups))))  # this rank's groups
     mine.advantages = b.advantages.view(b.num_groups, 2)[dist.shard(list(range(b.num_groups)))].flatten()
-    mixed = (
-        autocast(dtype, device) if cuda else torch.autocast("cpu", torch.bfloat16, dtype == torch.bfloat16)
-    )
+    if nocache:
+        mixed = torch.autocast(device.type, torch.bfloat16, dtype == torch.bfloat16, cache_enabled=False)
+    elif cuda:
+        mixed = autocast(dtype, device)  # the Trainer's
+    else:
+        mixed = torch.autocast("cpu", torch.bfloat16, dtype == torch.bfloat16)
     with count_all_gathers() as gathers, mixed:
         stats = policy_update(train_model, mine, opt, sched, c.algo, c.update, c.optim, device, dist)
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
