@@ -310,10 +310,18 @@ class UpdateConfig:
     # compute (its backward those of the previous as many), so they overlap that compute even when the host
     # does not run ahead of the GPU; 0 leaves FSDP2's defaults (implicit in forward, one layer in backward)
     fsdp_prefetch: int = 0
+    # FSDP only: about this many parameters per FSDP unit: the decoder layers are cut into floor(their
+    # parameters / this) contiguous units (pods.distributed.unit_plan); 0 = each layer its own unit. Every unit
+    # costs host time per forward and backward whatever its size, so small layers in many units leave the GPU
+    # waiting; larger units hold more gathered weights at once
+    fsdp_unit_params: int = 0
 
     def check(self) -> None:
         at_least("update.micro_batch_size", self.micro_batch_size, 1)
         at_least("update.fsdp_prefetch", self.fsdp_prefetch, 0, " (0 = FSDP2's implicit prefetching)")
+        at_least(
+            "update.fsdp_unit_params", self.fsdp_unit_params, 0, " (0 = each decoder layer its own unit)"
+        )
         at_least("update.micro_batch_tokens", self.micro_batch_tokens, 0, " (0 = rows only)")
         for key in ("width_bucket", "row_bucket"):  # null: settled by the device at start
             if getattr(self, key) is not None:

@@ -19,10 +19,32 @@ def launched_distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def unit_plan(layers: int, layer_params: int, unit_params: int) -> list[list[int]]:
+    """update.fsdp_unit_params: the decoder layers (indices in forward order) of each FSDP unit. 0 gives each
+    layer its own unit; otherwise the layers are cut into floor(all their parameters / unit_params) contiguous
+    groups (at least 1, at most one per layer) whose sizes differ by at most one layer. Each unit costs its
+    all-gathers and hooks on the host per forward and backward, whatever its size: at 0.5B, 24 units of 15M
+    parameters each keep the GPU waiting on the host; at 7B a layer is already over 1e8.
+
+    >>> unit_plan(24, 15_000_000, 100_000_000)[0]
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    >>> unit_plan(3, 10, 0)
+    [[0], [1], [2]]
+    """
+    if unit_params <= 0:
+        return [[i] for i in range(layers)]
+    k = min(layers, max(1, layers * layer_params // unit_params))
+    base, extra = divmod(layers, k)
+    cuts = [0]
+    for u in range(k):
+        cuts.append(cuts[-1] + base + (u < extra))
+    return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])]
+
+
 def prefetch_plan(layers: int, ahead: int) -> list[tuple[list[int], list[int]]]:
-    """update.fsdp_prefetch: for each of `layers` decoder layers in forward order, (the layers its forward
-    starts gathering: the next `ahead`; those its backward starts: the previous `ahead`, nearest first, the
-    order the backward reaches them).
+    """update.fsdp_prefetch: for each of `layers` FSDP units of decoder layers in forward order, (the units its
+    forward starts gathering: the next `ahead`; those its backward starts: the previous `ahead`, nearest first,
+    the order the backward reaches them).
 
     >>> prefetch_plan(4, 2)
     [([1, 2], []), ([2, 3], [0]), ([3], [1, 0]), ([], [2, 1])]
@@ -57,9 +79,12 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def shard_model(self, model, compute_dtype: torch.dtype = torch.float32, prefetch: int = 0):
-        """FSDP: shard each decoder layer, then the rest (embeddings, head), over all ranks, in place; before
-        the optimizer is built, since sharding replaces the parameters. Otherwise the model unchanged.
+    def shard_model(
+        self, model, compute_dtype: torch.dtype = torch.float32, prefetch: int = 0, unit_params: int = 0
+    ):
+        """FSDP: shard the decoder layers, in units of `unit_plan(..., unit_params)` consecutive layers, then the
+        rest (embeddings, head), over all ranks, in place; before the optimizer is built, since sharding replaces
+        the parameters. Otherwise the model unchanged.
 
         With a half-precision compute dtype, parameters are all-gathered in that dtype (half the traffic of
         float32) while the float32 shards stay the master weights and gradients are reduced in float32.
@@ -79,13 +104,16 @@ class Dist:
         layers = [m for m in model.modules() if type(m).__name__ in names]
         if not layers:
             raise RuntimeError(f"FSDP: no decoder layers ({sorted(names)}) found in {type(model).__name__}")
-        for layer in layers:
-            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        per_layer = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+        units = [[layers[i] for i in unit] for unit in unit_plan(len(layers), per_layer, unit_params)]
+        for unit in units:  # a list of modules is one FSDP unit: one all-gather, one reduce-scatter
+            fully_shard(unit if len(unit) > 1 else unit[0], mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
-        if prefetch > 0:  # update.fsdp_prefetch: explicit, `prefetch` layers ahead in forward and in backward
-            for layer, (fwd, bwd) in zip(layers, prefetch_plan(len(layers), prefetch)):
-                layer.set_modules_to_forward_prefetch([layers[j] for j in fwd])
-                layer.set_modules_to_backward_prefetch([layers[j] for j in bwd])
+        if prefetch > 0:  # update.fsdp_prefetch: explicit, `prefetch` units ahead in forward and in backward
+            heads = [unit[0] for unit in units]  # any module of a unit stands for all of it
+            for head, (fwd, bwd) in zip(heads, prefetch_plan(len(heads), prefetch)):
+                head.set_modules_to_forward_prefetch([heads[j] for j in fwd])
+                head.set_modules_to_backward_prefetch([heads[j] for j in bwd])
         return model
 
     def prepare(self, model, optimizer):
@@ -109,9 +137,7 @@ class Dist:
         if not self.fsdp or model is None:
             yield
             return
-        from torch.distributed.fsdp import FSDPModule
-
-        mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        mods = [mods[0] for _, mods in _fsdp_units(model)]
         model.set_reshard_after_forward(False)
         handles = [m.unshard(async_op=True) for m in mods]
         for h in handles:
@@ -133,18 +159,19 @@ class Dist:
         if not self.fsdp:
             yield None
             return
-        from torch.distributed.fsdp import FSDPModule
-
-        units = [(name, m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
-        prefixes = [name + "." if name else "" for name, _ in units]
-        owned: list[set[str]] = [set() for _ in units]
+        groups = _fsdp_units(model)
+        units = [mods[0] for _, mods in groups]
+        owned: list[set[str]] = [set() for _ in groups]
+        where = {name: i for i, (names, _) in enumerate(groups) for name in names}
         for pname, _ in model.named_parameters():  # each parameter belongs to its deepest unit
-            holders = [i for i, pre in enumerate(prefixes) if pname.startswith(pre)]
-            owned[max(holders, key=lambda i: len(prefixes[i]))].add(pname)
-        pending = units[0][1].unshard(async_op=True)
+            prefix = pname.rpartition(".")[0]
+            while prefix not in where:  # the root module is named "", so this ends
+                prefix = prefix.rpartition(".")[0]
+            owned[where[prefix]].add(pname)
+        pending = units[0].unshard(async_op=True)
         try:
-            for i, (_, unit) in enumerate(units):
-                ahead = units[i + 1][1].unshard(async_op=True) if i + 1 < len(units) else None
+            for i, unit in enumerate(units):
+                ahead = units[i + 1].unshard(async_op=True) if i + 1 < len(units) else None
                 if pending is not None:
                     pending.wait()
                 pending = ahead
@@ -153,7 +180,7 @@ class Dist:
         except BaseException:  # stopped early (an error in the caller): finish the gather issued ahead, and
             if pending is not None:  # leave every unit sharded, as after a whole pass
                 pending.wait()
-            for _, unit in units:
+            for unit in units:
                 unit.reshard()
             raise
 
@@ -299,3 +326,17 @@ def _fsdp_no_sync(model):
         yield
     finally:
         model.set_requires_gradient_sync(True)
+
+
+def _fsdp_units(model) -> list[tuple[list[str], list]]:
+    """The FSDP units of a sharded model in module order, each as (its modules' names, its modules): one unit
+    may hold several modules (update.fsdp_unit_params), and any of them gathers or frees all of it."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    units: dict[int, tuple[list[str], list]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, FSDPModule):
+            names, mods = units.setdefault(id(fully_shard.state(m)), ([], []))
+            names.append(name)
+            mods.append(m)
+    return list(units.values())

@@ -95,7 +95,9 @@ class Trainer:
         )
         self.ref = reference_policy(self.model, ref, c.algo.beta, c.hardware.lora)
         self.dtype = resolve_dtype(c.model, c.hardware, self.device)  # the compute dtype (autocast)
-        self.model = self.dist.shard_model(self.model, self.dtype, c.update.fsdp_prefetch)  # FSDP: in place
+        self.model = self.dist.shard_model(  # FSDP: in place
+            self.model, self.dtype, c.update.fsdp_prefetch, c.update.fsdp_unit_params
+        )
         on_gpu = self.device.type == "cuda"
         self.timer = PhaseTimer(sync_cuda=on_gpu, peak_memory=on_gpu)
         gen = RolloutSettings.from_config(c)

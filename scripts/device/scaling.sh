@@ -4,10 +4,11 @@
 # several per call, each under its own time limit (a point's table is written as soon as it ends, so a part
 # stopped by its limit keeps the points it finished). A 0.5B launch cost about 90 s on 4 H200s; each launch now
 # prints where its seconds went. Plan one or two parts per call:
-#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP, FSDP prefetching (DISTS=...,fsdp_keep adds it)
+#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP per layer, in units of ~1e8 parameters, in one
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
-# DISTS=fsdp picks the layouts of weak_0.5b; LIMIT=<s> overrides every part's time limit.
+# DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; LIMIT=<s> overrides every part's time
+# limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -16,6 +17,7 @@ source scripts/device/setup.sh || exit 1
 OUTDIR=${OUT:-/tmp/scaling_out}; R=/tmp/scaling_run/scaling; mkdir -p "$R" "$OUTDIR"  # $OUT returns <= 8 files
 NG=$(nvidia-smi -L | grep -c '^GPU ')  # whole GPUs (MIG devices are listed below them)
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
+P=${PROCS:-$P}  # PROCS=1,4: only those points
 B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
@@ -24,7 +26,7 @@ part() {  # part <seconds> <name> <command>...: one part under a limit; its laun
 }
 for n in "$@"; do
   case $n in
-    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_prefetch}" --side-by-side --steps 7 --profile \
+    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_units,fsdp_one_unit}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
       --intermediate 11008 --steps 6 --out "$R/$n.md" ;;

@@ -3,7 +3,9 @@ tensor (DTensor.full_tensor, as before) and gathered per unit inside Dist.full_w
 after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers the per-unit refresh issued, and whether the policy held full tensors inside
 the block and shards after it.
 
-    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt
+    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt [unit_params]
+
+With unit_params (update.fsdp_unit_params) over the layers' size, both decoder layers are one FSDP unit.
 
 A third copy is refreshed a unit at a time (Dist.gathered_units, `only=` each unit's names), as the Trainer
 refreshes the HF backend's copy: the same weights, one all-gather per unit, at most two units whole at once.
@@ -27,12 +29,14 @@ from tests.conftest import random_qwen2  # noqa: E402
 from tests.e2e.update_ranks import count_all_gathers  # noqa: E402
 
 
-def main(out: str) -> None:
+def main(out: str, unit_params: str = "0") -> None:
     from types import SimpleNamespace
 
     dist = Dist(SimpleNamespace(distributed="fsdp"), torch.device("cpu"))
     dtype = torch.bfloat16
-    model = dist.shard_model(random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2), dtype)
+    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2)
+    layers = len(model.model.layers)
+    model = dist.shard_model(model, dtype, unit_params=int(unit_params))
     per_tensor = GenerationCopy(model, torch.device("cpu"), dtype)  # built and first synced per tensor
     per_unit = GenerationCopy(model, torch.device("cpu"), dtype)
     windowed = GenerationCopy(model, torch.device("cpu"), dtype)
@@ -58,7 +62,8 @@ def main(out: str) -> None:
         torch.save(
             {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
              "unit_gathers": unit_gathers[0],
-             "plain": plain, "resharded": resharded, "units": 2 + 1,  # random_qwen2: 2 layers and the root
+             "plain": plain, "resharded": resharded,
+             "units": (layers if int(unit_params) == 0 else 1) + 1,  # the layers' units and the root
              "windowed": take(windowed), "window_gathers": window_gathers[0], "whole": whole,
              "named": named, "all_names": sorted(n for n, _ in model.named_parameters())},
             out,
@@ -66,4 +71,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

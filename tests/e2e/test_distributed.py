@@ -106,13 +106,16 @@ def test_fsdp_matches_ddp_and_resumes_exactly(ddp_run, tmp_path):
 def test_fsdp_with_a_generation_copy_refreshed_unit_by_unit_matches_ddp(tmp_path):
     """rollout.hf.compile=true on a CPU: generation reads a float32 copy of the policy (nothing compiled), which
     the Trainer refreshes after every update: under FSDP one unit at a time (Dist.gathered_units), under DDP
-    whole. A stale or partial refresh would change steps 2 and 3's rollouts; the two runs agree."""
+    whole. A stale or partial refresh would change steps 2 and 3's rollouts; the runs agree, also with every
+    decoder layer in one FSDP unit (update.fsdp_unit_params)."""
     runs = {}
-    for dist in ("ddp", "fsdp"):
-        run = tmp_path / dist
-        _torchrun(run, tmp_path / f"logs_{dist}", f"hardware.distributed={dist}", "rollout.hf.compile=true")
-        runs[dist] = _train(run)
-    assert [r["step"] for r in runs["fsdp"]] == [1, 2, 3]
-    for x, y in zip(runs["ddp"], runs["fsdp"]):
-        for k in COMPARE:
-            assert math.isclose(x[k], y[k], rel_tol=1e-4, abs_tol=1e-7), (x["step"], k, x[k], y[k])
+    layouts = {"ddp": ["hardware.distributed=ddp"], "fsdp": ["hardware.distributed=fsdp"]}
+    layouts["fsdp_units"] = [*layouts["fsdp"], "update.fsdp_unit_params=1000000000"]
+    for name, extra in layouts.items():
+        _torchrun(tmp_path / name, tmp_path / f"logs_{name}", *extra, "rollout.hf.compile=true")
+        runs[name] = _train(tmp_path / name)
+    for name in ("fsdp", "fsdp_units"):
+        assert [r["step"] for r in runs[name]] == [1, 2, 3]
+        for x, y in zip(runs["ddp"], runs[name]):
+            for k in COMPARE:
+                assert math.isclose(x[k], y[k], rel_tol=1e-4, abs_tol=1e-7), (name, x["step"], k, x[k], y[k])

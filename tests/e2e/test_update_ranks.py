@@ -23,7 +23,7 @@ def _run(procs: int, kind: str, out: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch"])
+@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units"])
 def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
     one = _run(1, "none", tmp_path / "one.pt")
     two = _run(2, kind, tmp_path / "two.pt")
@@ -50,14 +50,19 @@ def test_fsdp_keeping_the_gathered_weights_all_gathers_once_per_layer_per_step(t
     assert default > 2 * keep  # two micro-batches here, each gathering in its forward and its backward
     # update.fsdp_prefetch moves the gathers earlier, it does not add any
     assert _run(2, "fsdp_prefetch", tmp_path / "prefetch.pt")["all_gathers"] == default
+    # each of the 2 micro-batches gathers every layer unit in its forward and again in its backward, and the
+    # root once (kept for its backward); with update.fsdp_unit_params both layers are one unit
+    grouped = _run(2, "fsdp_units", tmp_path / "units.pt")["all_gathers"]
+    assert (default, grouped) == (2 * (2 * 2 + 1), 2 * (2 * 1 + 1))
 
 
 @pytest.mark.slow
-def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(tmp_path):
+@pytest.mark.parametrize("unit_params", [0, 10**12])  # each layer a unit; both layers one unit
+def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(tmp_path, unit_params):
     """The Trainer refreshes its bf16 generation copy inside Dist.full_weights: one all-gather per FSDP unit in
     the compute dtype instead of one per tensor in float32; the copy's weights are the same, bit for bit."""
     script = Path(__file__).with_name("sync_ranks.py")
-    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt")]
+    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt"), str(unit_params)]
     proc = subprocess.run(
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
     )
@@ -68,6 +73,7 @@ def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refre
         assert w.dtype == torch.bfloat16 and torch.equal(r["per_unit"][k], w), k
     moved = sum(not torch.equal(w, r["before"][k]) for k, w in r["per_unit"].items())
     assert moved >= len(r["before"]) - 2  # the refresh brought the moved shards (rotary buffers stay)
+    assert r["units"] == (3 if unit_params == 0 else 2)  # 2 layers and the root; or the layers' unit and root
     assert r["unit_gathers"] == r["units"]
     assert r["plain"] and r["resharded"]  # full tensors inside the block, shards again after it
     for k, w in r["per_tensor"].items():  # a unit at a time (the Trainer's way): the same weights

@@ -51,7 +51,8 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
     autocast on a CPU too (the GPU's precision, reproducible without one). kind suffixes: _keep (FSDP keeps
     its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _prefetch (FSDP
-    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast); and last, _nocache
+    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast); then _units (FSDP
+    shards all decoder layers as one unit: update.fsdp_unit_params over their size); and last, _nocache
     (autocast without its cache of weight casts)."""
     import os
 
@@ -61,6 +62,8 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
         torch.cuda.set_device(device)
     nocache = kind.endswith("_nocache")  # autocast without its cache of weight casts
     kind = kind.removesuffix("_nocache")
+    unit_params = 10**12 if kind.endswith("_units") else 0  # every decoder layer in one FSDP unit
+    kind = kind.removesuffix("_units")
     fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
     gather32 = kind.endswith("_gather32")
     prefetch = 1 if kind.endswith("_prefetch") else 0
@@ -77,7 +80,7 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if big else dict(hidden=32, heads=4, kv_heads=2)
     model = random_qwen2(vocab=97, tie_word_embeddings=True, **shape)
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype, prefetch)
+    model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype, prefetch, unit_params)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     train_model, opt = dist.prepare(model, opt)
