@@ -7,8 +7,8 @@
 #   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP per layer, in units of ~1e8 parameters, in one
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
-# DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; LIMIT=<s> overrides every part's time
-# limit.
+# DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; PROFILE=1 profiles weak_3b_lora's last
+# step too; LIMIT=<s> overrides every part's time limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -29,7 +29,7 @@ for n in "$@"; do
     weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_units,fsdp_one_unit}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
-      --intermediate 11008 --steps 6 --out "$R/$n.md" ;;
+      --intermediate 11008 --steps 6 ${PROFILE:+--profile} --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
     correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 --out "$R/$n.md" ;;
     curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
