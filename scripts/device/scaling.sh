@@ -29,7 +29,7 @@ for n in "$@"; do
     weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_units,fsdp_one_unit}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
-      --intermediate 11008 --steps 6 ${PROFILE:+--profile} --out "$R/$n.md" ;;
+      --intermediate 11008 --steps $((6 + ${PROFILE:-0})) ${PROFILE:+--profile} --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
     correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 --out "$R/$n.md" ;;
     curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
