@@ -10,8 +10,8 @@ a kernel waiting for a slower rank counts) is the table's NCCL column, and its t
 keeps the work per process fixed (one prompt per process per step: efficiency = step at 1 / step at k); strong
 scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k processes, the headline's n=64,
 m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false, `fsdp_prefetch` FSDP with
-update.fsdp_prefetch=1, `fsdp_units` / `fsdp_one_unit` FSDP with the layers in units of about 1e8 parameters / all in
-one (update.fsdp_unit_params). `--side-by-side` runs the 1-process points of the dists at once, one GPU each, as many
+update.fsdp_prefetch=1, `fsdp_units` / `fsdp_per_layer` / `fsdp_one_unit` FSDP with the layers in units of about 1e8
+parameters (the default) / one per layer / all in one (update.fsdp_unit_params). `--side-by-side` runs the 1-process points of the dists at once, one GPU each, as many
 as there are GPUs, the rest after the multi-GPU points (they share the host's CPUs, not a GPU). Each launch prints where its seconds went: warm-up compiles, steps, and the
 rest (start-up, model load, teardown).
 """
@@ -42,8 +42,10 @@ DISTS = {  # --dist name -> (hardware preset on a GPU, hardware.distributed, ext
     "fsdp_keep": ("fsdp", "fsdp", ["update.fsdp_reshard_after_forward=false"]),
     # FSDP, each layer starting the next layer's all-gather explicitly (forward and backward)
     "fsdp_prefetch": ("fsdp", "fsdp", ["update.fsdp_prefetch=1"]),
-    # FSDP with the decoder layers in units of about 1e8 parameters (3 units of 8 layers at 0.5B), and in one
+    # FSDP with the decoder layers in units of about 1e8 parameters (3 units of 8 layers at 0.5B; the default
+    # since results/scaling/h200x4/, where `fsdp` still meant a unit per layer), a unit per layer, all in one
     "fsdp_units": ("fsdp", "fsdp", ["update.fsdp_unit_params=100000000"]),
+    "fsdp_per_layer": ("fsdp", "fsdp", ["update.fsdp_unit_params=0"]),
     "fsdp_one_unit": ("fsdp", "fsdp", ["update.fsdp_unit_params=1000000000000"]),
 }
 

@@ -57,7 +57,7 @@ def test_each_scaling_point_names_its_layout_and_the_same_work(dist, tmp_path):
     assert ("update.fsdp_reshard_after_forward=false" in ov) == (dist == "fsdp_keep")
     assert ("update.fsdp_prefetch=1" in ov) == (dist == "fsdp_prefetch")
     assert any(o.startswith("update.fsdp_unit_params=") for o in ov) == dist.startswith(
-        ("fsdp_units", "fsdp_one")
+        ("fsdp_units", "fsdp_one", "fsdp_per")
     )
     assert "algo.prompts_per_step=2" in ov and "selector.n=16" in ov and ov[-1] == "seed=3"
     a.strong, a.device = 8, "cpu"  # strong scaling: the global batch is fixed; on a CPU the cpu preset

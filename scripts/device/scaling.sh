@@ -4,11 +4,11 @@
 # several per call, each under its own time limit (a point's table is written as soon as it ends, so a part
 # stopped by its limit keeps the points it finished). A 0.5B launch cost about 90 s on 4 H200s; each launch now
 # prints where its seconds went. Plan one or two parts per call:
-#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP per layer, in units of ~1e8 parameters, in one
+#   bash scripts/device/scaling.sh weak_0.5b      # full FT: DDP, FSDP (units of ~1e8 parameters), FSDP a unit per layer
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; PROFILE=1 profiles weak_3b_lora's last
-# step too; LIMIT=<s> overrides every part's time limit.
+# step too; KINDS=ddp,fsdp_units the layouts `correct` checks; LIMIT=<s> overrides every part's time limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -22,18 +22,22 @@ B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
   timeout "$t" "$@" > "$R/$name.log" 2>&1; echo "$name: exit $? ($SECONDS s into the call)"; tail -2 "$R/$name.log"
-  pkill -f bench.scaling_rank; pkill -f torchrun; pkill -f torch.distributed.run; pkill -f update_ranks; sleep 2
+  # python processes only: a bare `pkill -f update_ranks` also matched the shell whose command line named the script
+  for p in bench.scaling_rank torchrun torch.distributed.run update_ranks; do pkill -f "^[^ ]*python[^ ]* .*$p"; done
+  pkill -f "^[^ ]*torchrun "; sleep 2
 }
 for n in "$@"; do
   case $n in
-    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_units,fsdp_one_unit}" --side-by-side --steps 7 --profile \
+    weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_per_layer}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
       --intermediate 11008 --steps $((6 + ${PROFILE:-0})) ${PROFILE:+--profile} --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
-    correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 --out "$R/$n.md" ;;
+    correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 \
+      --kinds "${KINDS:-ddp,fsdp,fsdp_keep}" --out "$R/$n.md" ;;
     curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
       for hw in multi_gpu fsdp; do
+        rm -rf "$R/curves_$hw"  # a second call on a warm machine: a fresh run, not a refusal to overwrite
         part "${LIMIT:-120}" curves_$hw python3 -m torch.distributed.run --nproc_per_node 2 -m pods.train \
           hardware=$hw dataset=arithmetic_local max_steps=40 eval.every_steps=20 run_dir=$R/curves_$hw
       done
