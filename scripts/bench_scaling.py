@@ -12,7 +12,9 @@ scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k pr
 m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false, `fsdp_prefetch` FSDP with
 update.fsdp_prefetch=1, `fsdp_units` / `fsdp_per_layer` / `fsdp_one_unit` FSDP with the layers in units of about 1e8
 parameters (the default) / one per layer / all in one (update.fsdp_unit_params). `--side-by-side` runs the 1-process points of the dists at once, one GPU each, as many
-as there are GPUs, the rest after the multi-GPU points (they share the host's CPUs, not a GPU). Each launch prints where its seconds went: warm-up compiles, steps, and the
+as there are GPUs, the rest after the multi-GPU points (they share the host's CPUs, not a GPU). `--repeats N` runs the
+whole sequence N times in turn (1, 4, 1, 4, ...), pools each point's steps and lists each repeat's own
+efficiency below the table, paired with the same repeat's 1-process point. Each launch prints where its seconds went: warm-up compiles, steps, and the
 rest (start-up, model load, teardown).
 """
 
@@ -153,6 +155,18 @@ def table(rows: list[tuple[str, int, dict]], weak: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def per_repeat(walls: dict[tuple[str, int], list[float]], weak: bool) -> str:
+    """Below the table: each repeat's wall step per point and, pairing repeat i at k processes with repeat i at
+    1, each repeat's efficiency (weak) or speedup (strong)."""
+    what = "efficiency" if weak else "speedup"
+    lines = ["\n| dist | procs | wall step s per repeat | " + what + " per repeat |", "|---|---|---|---|"]
+    for (d, k), ws in walls.items():
+        base = walls.get((d, 1), [])
+        ratios = [f"{b / w:.3f}" for b, w in zip(base, ws)] if k != 1 else []
+        lines.append(f"| {d} | {k} | {', '.join(f'{w:.3f}' for w in ws)} | {', '.join(ratios) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     sys.path.insert(0, str(ROOT))
     from bench.harness import add_model_args, build_model_dir, write_data
@@ -171,6 +185,11 @@ def main() -> None:
     p.add_argument(
         "--side-by-side", action="store_true",
         help="run the 1-process points of all --dist at once, one GPU each, as many at once as there are GPUs",
+    )  # fmt: skip
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="run every point this many times, in turn (1, 4, 1, 4, ...): a row pools the repeats' steps, and "
+        "each repeat's efficiency is listed below the table (paired, so a machine's drift shows)",
     )  # fmt: skip
     a = p.parse_args()
     a.threads = a.threads or 1
@@ -195,34 +214,47 @@ def main() -> None:
         singles, width = [p for p in points if p[1] == 1], max(1, torch.cuda.device_count())
         chunks = [singles[i : i + width] for i in range(0, len(singles), width)]
         batches = chunks[:1] + [[p] for p in points if p[1] != 1] + chunks[1:]
-    results: dict[tuple[str, int], tuple] = {}
+    if a.repeats < 1:
+        raise SystemExit("--repeats must be >= 1")
+    results: dict[
+        tuple[str, int], list[tuple]
+    ] = {}  # per point, each finished repeat's (records, profiles, cost)
     side = "; 1-process points side by side, one GPU each" if a.side_by_side else ""
+    side += f"; {a.repeats} repeats in turn, steps pooled" if a.repeats > 1 else ""
 
     def write() -> None:  # after every batch, and before a failure ends the run: finished points are kept
         done = [p for p in points if p in results]
-        rows = [(d, k, summarize(*results[(d, k)][:2])) for d, k in done]
-        raw = [{"dist": d, "procs": k, **r} for d, k in done for r in results[(d, k)][0]]
-        raw += [{"dist": d, "procs": k, "profile": pr} for d, k in done for pr in results[(d, k)][1]]
-        raw += [{"dist": d, "procs": k, "launch": results[(d, k)][2]} for d, k in done]
+        pooled = {p: [r for recs, _, _ in results[p] for r in recs] for p in done}
+        rows = [(d, k, summarize(pooled[(d, k)], results[(d, k)][0][1])) for d, k in done]
+        raw = [{"dist": d, "procs": k, "repeat": i, **r} for d, k in done for i, (recs, _, _) in
+               enumerate(results[(d, k)]) for r in recs]  # fmt: skip
+        raw += [{"dist": d, "procs": k, "repeat": i, "profile": pr} for d, k in done
+                for i, (_, prs, _) in enumerate(results[(d, k)]) for pr in prs]  # fmt: skip
+        raw += [{"dist": d, "procs": k, "repeat": i, "launch": c} for d, k in done
+                for i, (_, _, c) in enumerate(results[(d, k)])]  # fmt: skip
+        walls = {p: [summarize(recs, [])["wall"] for recs, _, _ in results[p]] for p in done}
         out.write_text(
-            f"Scaling ({kind}; {shape}; device {a.device}; {read}{side}):\n\n" + table(rows, not a.strong)
+            f"Scaling ({kind}; {shape}; device {a.device}; {read}{side}):\n\n"
+            + table(rows, not a.strong)
+            + (per_repeat(walls, not a.strong) if a.repeats > 1 else "")
         )
         out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
-        if a.profile:
+        if a.profile:  # the first repeat's profiled step
             out.with_suffix(".profile.md").write_text(
-                profile_md([(d, k, results[(d, k)][1]) for d, k in done])
+                profile_md([(d, k, results[(d, k)][0][1]) for d, k in done])
             )
         print(table(rows, not a.strong), flush=True)
 
-    for batch in batches:
+    for rep, batch in [(r, b) for r in range(a.repeats) for b in batches]:
         gpus = (
             [str(i) for i in range(len(batch))] if a.side_by_side and len(batch) > 1 else [None] * len(batch)
         )
-        started = [launch(a, model_dir, data, k, d, work / f"{d}_{k}", g) for (d, k), g in zip(batch, gpus)]
+        dirs = [work / f"{d}_{k}_r{rep}" for d, k in batch]
+        started = [launch(a, model_dir, data, k, d, r, g) for (d, k), g, r in zip(batch, gpus, dirs)]
         try:
-            for (d, k), launched in zip(batch, started):
-                results[(d, k)] = finish(a, launched, k, d, work / f"{d}_{k}")
-                cost = results[(d, k)][2]
+            for (d, k), launched, r in zip(batch, started, dirs):
+                results.setdefault((d, k), []).append(finish(a, launched, k, d, r))
+                cost = results[(d, k)][-1][2]
                 print(f"{d} x{k}: launch {cost['launch_s']:.0f} s (warm-up compiles {cost['compile_s']:.0f} s, "
                       f"steps {cost['steps_s']:.0f} s; the rest is start-up and teardown)", flush=True)  # fmt: skip
         except BaseException:  # a failed or interrupted point: stop its batch-mates, keep what finished

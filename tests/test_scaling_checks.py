@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scripts.bench_scaling import DISTS, point_overrides
+from scripts.bench_scaling import DISTS, per_repeat, point_overrides
 from scripts.check_update_ranks import update_distance
 
 
@@ -63,3 +63,13 @@ def test_each_scaling_point_names_its_layout_and_the_same_work(dist, tmp_path):
     a.strong, a.device = 8, "cpu"  # strong scaling: the global batch is fixed; on a CPU the cpu preset
     ov = point_overrides(a, tmp_path / "m", (Path("t.jsonl"), Path("e.jsonl")), 2, dist, tmp_path / "r")
     assert "algo.prompts_per_step=8" in ov and "selector.n=64" in ov and "hardware=cpu" in ov
+
+
+def test_each_repeat_pairs_with_its_own_one_process_point():
+    walls = {("ddp", 1): [1.0, 1.2], ("ddp", 4): [1.25, 1.2], ("fsdp", 4): [2.0]}  # fsdp: no 1-process point
+    rows = per_repeat(walls, weak=True).strip().splitlines()
+    assert rows[0].startswith("| dist | procs | wall step s per repeat | efficiency per repeat")
+    assert rows[2] == "| ddp | 1 | 1.000, 1.200 | - |"
+    assert rows[3] == "| ddp | 4 | 1.250, 1.200 | 0.800, 1.000 |"  # repeat 1 against repeat 1, 2 against 2
+    assert rows[4] == "| fsdp | 4 | 2.000 | - |"
+    assert "speedup per repeat" in per_repeat(walls, weak=False)

@@ -8,7 +8,8 @@
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; PROFILE=1 profiles weak_3b_lora's last
-# step too; KINDS=ddp,fsdp_units the layouts `correct` checks; LIMIT=<s> overrides every part's time limit.
+# step too; REPEATS=2 runs each part's points twice in turn (paired efficiencies); KINDS=ddp,fsdp_units the
+# layouts `correct` checks; LIMIT=<s> overrides every part's time limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -18,7 +19,7 @@ OUTDIR=${OUT:-/tmp/scaling_out}; R=/tmp/scaling_run/scaling; mkdir -p "$R" "$OUT
 NG=$(nvidia-smi -L | grep -c '^GPU ')  # whole GPUs (MIG devices are listed below them)
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
 P=${PROCS:-$P}  # PROCS=1,4: only those points
-B="python3 scripts/bench_scaling.py --threads 2 --procs $P"
+B="python3 scripts/bench_scaling.py --threads 2 --procs $P --repeats ${REPEATS:-1}"  # REPEATS=2: 1,4,1,4
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
   timeout "$t" "$@" > "$R/$name.log" 2>&1; echo "$name: exit $? ($SECONDS s into the call)"; tail -2 "$R/$name.log"
