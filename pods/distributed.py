@@ -154,7 +154,7 @@ class Dist:
         """FSDP: for each FSDP unit in turn, yield the names (as `model.named_parameters()` gives them) of the
         parameters it holds, with that unit's weights gathered in the compute dtype and the next unit's gather
         already under way; each unit is resharded after its turn, so at most two are whole at once (a refresh
-        of the generation copy then costs two layers of memory, not the whole model). One all-gather per unit.
+        of the generation copy then costs two units of memory, not the whole model). One all-gather per unit.
         Otherwise yields None once: every parameter is already whole."""
         if not self.fsdp:
             yield None
@@ -165,7 +165,11 @@ class Dist:
         where = {name: i for i, (names, _) in enumerate(groups) for name in names}
         for pname, _ in model.named_parameters():  # each parameter belongs to its deepest unit
             prefix = pname.rpartition(".")[0]
-            while prefix not in where:  # the root module is named "", so this ends
+            while prefix not in where:  # up to the nearest enclosing unit
+                if not prefix:
+                    raise ValueError(
+                        f"{pname} is in no FSDP unit: pass the root module that shard_model sharded"
+                    )
                 prefix = prefix.rpartition(".")[0]
             owned[where[prefix]].add(pname)
         pending = units[0].unshard(async_op=True)

@@ -19,23 +19,25 @@ OUTDIR=${OUT:-/tmp/scaling_out}; R=/tmp/scaling_run/scaling; mkdir -p "$R" "$OUT
 NG=$(nvidia-smi -L | grep -c '^GPU ')  # whole GPUs (MIG devices are listed below them)
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
 P=${PROCS:-$P}  # PROCS=1,4: only those points
+PROF3B="--steps 6"; [ "${PROFILE:-0}" = 1 ] && PROF3B="--steps 7 --profile"  # the profiled step is not read
 B="python3 scripts/bench_scaling.py --threads 2 --procs $P --repeats ${REPEATS:-1}"  # REPEATS=2: 1,4,1,4
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
   timeout "$t" "$@" > "$R/$name.log" 2>&1; echo "$name: exit $? ($SECONDS s into the call)"; tail -2 "$R/$name.log"
   # python processes only: a bare `pkill -f update_ranks` also matched the shell whose command line named the script
+  # (a pip-installed torchrun runs as `python .../bin/torchrun`, so the first pattern covers it)
   for p in bench.scaling_rank torchrun torch.distributed.run update_ranks; do pkill -f "^[^ ]*python[^ ]* .*$p"; done
-  pkill -f "^[^ ]*torchrun "; sleep 2
+  sleep 2
 }
 for n in "$@"; do
   case $n in
     weak_0.5b) part "${LIMIT:-540}" $n $B --dist "${DISTS:-ddp,fsdp,fsdp_per_layer}" --side-by-side --steps 7 --profile \
       --out "$R/$n.md" ;;
     weak_3b_lora) part "${LIMIT:-420}" $n $B --dist ddp --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 \
-      --intermediate 11008 --steps $((6 + ${PROFILE:-0})) ${PROFILE:+--profile} --out "$R/$n.md" ;;
+      --intermediate 11008 $PROF3B --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
-    correct) part "${LIMIT:-150}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 \
-      --kinds "${KINDS:-ddp,fsdp,fsdp_keep}" --out "$R/$n.md" ;;
+    correct) part "${LIMIT:-240}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 \
+      --kinds "${KINDS:-ddp,fsdp,fsdp_units}" --out "$R/$n.md" ;;
     curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
       for hw in multi_gpu fsdp; do
         rm -rf "$R/curves_$hw"  # a second call on a warm machine: a fresh run, not a refusal to overwrite

@@ -3,9 +3,10 @@ tensor (DTensor.full_tensor, as before) and gathered per unit inside Dist.full_w
 after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers the per-unit refresh issued, and whether the policy held full tensors inside
 the block and shards after it.
 
-    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt [unit_params]
+    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt [layer|pairs|one]
 
-With unit_params (update.fsdp_unit_params) over the layers' size, both decoder layers are one FSDP unit.
+The model has 4 decoder layers; the last argument groups them into FSDP units (update.fsdp_unit_params): one
+per layer (default), two of two layers, or one of all four.
 
 A third copy is refreshed a unit at a time (Dist.gathered_units, `only=` each unit's names), as the Trainer
 refreshes the HF backend's copy: the same weights, one all-gather per unit, at most two units whole at once.
@@ -23,20 +24,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pods.distributed import Dist  # noqa: E402
+from pods.distributed import Dist, _fsdp_units  # noqa: E402
 from pods.rollout.gen_copy import GenerationCopy  # noqa: E402
 from tests.conftest import random_qwen2  # noqa: E402
 from tests.e2e.update_ranks import count_all_gathers  # noqa: E402
 
 
-def main(out: str, unit_params: str = "0") -> None:
+def main(out: str, grouping: str = "layer") -> None:
     from types import SimpleNamespace
 
     dist = Dist(SimpleNamespace(distributed="fsdp"), torch.device("cpu"))
     dtype = torch.bfloat16
-    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2)
-    layers = len(model.model.layers)
-    model = dist.shard_model(model, dtype, unit_params=int(unit_params))
+    model = random_qwen2(vocab=97, hidden=32, heads=4, kv_heads=2, layers=4)
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    unit_params = {"layer": 0, "pairs": 2 * layer, "one": 10**12}[grouping]
+    model = dist.shard_model(model, dtype, unit_params=unit_params)
+    units = len(_fsdp_units(model))  # as built, the root's unit included
     per_tensor = GenerationCopy(model, torch.device("cpu"), dtype)  # built and first synced per tensor
     per_unit = GenerationCopy(model, torch.device("cpu"), dtype)
     windowed = GenerationCopy(model, torch.device("cpu"), dtype)
@@ -63,7 +66,7 @@ def main(out: str, unit_params: str = "0") -> None:
             {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
              "unit_gathers": unit_gathers[0],
              "plain": plain, "resharded": resharded,
-             "units": (layers if int(unit_params) == 0 else 1) + 1,  # the layers' units and the root
+             "units": units,
              "windowed": take(windowed), "window_gathers": window_gathers[0], "whole": whole,
              "named": named, "all_names": sorted(n for n, _ in model.named_parameters())},
             out,

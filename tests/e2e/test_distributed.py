@@ -107,10 +107,13 @@ def test_fsdp_with_a_generation_copy_refreshed_unit_by_unit_matches_ddp(tmp_path
     """rollout.hf.compile=true on a CPU: generation reads a float32 copy of the policy (nothing compiled), which
     the Trainer refreshes after every update: under FSDP one unit at a time (Dist.gathered_units), under DDP
     whole. A stale or partial refresh would change steps 2 and 3's rollouts; the runs agree, with the decoder
-    layers in one FSDP unit (this small model under update.fsdp_unit_params' default) and a unit per layer."""
+    layers in one FSDP unit (this small model under update.fsdp_unit_params' default, 1e8) and a unit per layer."""
     runs = {}
     layouts = {"ddp": ["hardware.distributed=ddp"], "fsdp": ["hardware.distributed=fsdp"]}
     layouts["fsdp_per_layer"] = [*layouts["fsdp"], "update.fsdp_unit_params=0"]
+    layouts["fsdp"].append(
+        "update.fsdp_unit_params=100000000"
+    )  # the default, stated: all layers one unit here
     for name, extra in layouts.items():
         _torchrun(tmp_path / name, tmp_path / f"logs_{name}", *extra, "rollout.hf.compile=true")
         runs[name] = _train(tmp_path / name)

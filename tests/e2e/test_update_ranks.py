@@ -23,7 +23,9 @@ def _run(procs: int, kind: str, out: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units"])
+@pytest.mark.parametrize(
+    "kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units", "fsdp_pairs", "fsdp_pairs_prefetch"]
+)
 def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
     one = _run(1, "none", tmp_path / "one.pt")
     two = _run(2, kind, tmp_path / "two.pt")
@@ -40,29 +42,34 @@ def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
 
 
 @pytest.mark.slow
-def test_fsdp_keeping_the_gathered_weights_all_gathers_once_per_layer_per_step(tmp_path):
-    """update.fsdp_reshard_after_forward=false: each FSDP unit is gathered once in the update (its first
-    forward), not again in its backward and the next micro-batches; the update is the same (above)."""
-    default = _run(2, "fsdp", tmp_path / "default.pt")["all_gathers"]
-    keep = _run(2, "fsdp_keep", tmp_path / "keep.pt")["all_gathers"]
-    units = 2 + 1  # random_qwen2's decoder layers, each its own unit, and the root
-    assert keep == units, (keep, default)
-    assert default > 2 * keep  # two micro-batches here, each gathering in its forward and its backward
-    # update.fsdp_prefetch moves the gathers earlier, it does not add any
-    assert _run(2, "fsdp_prefetch", tmp_path / "prefetch.pt")["all_gathers"] == default
-    # each of the 2 micro-batches gathers every layer unit in its forward and again in its backward, and the
-    # root once (kept for its backward); with update.fsdp_unit_params both layers are one unit
-    grouped = _run(2, "fsdp_units", tmp_path / "units.pt")["all_gathers"]
-    assert (default, grouped) == (2 * (2 * 2 + 1), 2 * (2 * 1 + 1))
+def test_fsdp_all_gathers_once_per_unit_per_pass(tmp_path):
+    """Each of the 2 micro-batches gathers every layer unit in its forward and again in its backward, and the
+    root once (kept for its backward). update.fsdp_reshard_after_forward=false gathers each unit once per step;
+    update.fsdp_prefetch moves gathers earlier without adding any; update.fsdp_unit_params makes fewer units.
+    The model has 4 decoder layers."""
+    runs = {k: _run(2, k, tmp_path / f"{k}.pt") for k in ("fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units",
+                                                            "fsdp_pairs", "fsdp_pairs_prefetch")}  # fmt: skip
+    units = {k: r["units"] for k, r in runs.items()}  # measured on the sharded model, the root included
+    assert units == {"fsdp": 5, "fsdp_keep": 5, "fsdp_prefetch": 5, "fsdp_units": 2, "fsdp_pairs": 3,
+                     "fsdp_pairs_prefetch": 3}  # fmt: skip
+    gathers = {k: r["all_gathers"] for k, r in runs.items()}
+    for k, n in units.items():
+        layer_units = n - 1
+        if k == "fsdp_keep":
+            assert gathers[k] == n, (k, gathers)
+        else:
+            assert gathers[k] == 2 * (2 * layer_units + 1), (k, gathers)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit_params", [0, 10**12])  # each layer a unit; both layers one unit
-def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(tmp_path, unit_params):
+@pytest.mark.parametrize("grouping,expected_units", [("layer", 5), ("pairs", 3), ("one", 2)])  # root included
+def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(
+    tmp_path, grouping, expected_units
+):
     """The Trainer refreshes its bf16 generation copy inside Dist.full_weights: one all-gather per FSDP unit in
     the compute dtype instead of one per tensor in float32; the copy's weights are the same, bit for bit."""
     script = Path(__file__).with_name("sync_ranks.py")
-    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt"), str(unit_params)]
+    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt"), grouping]
     proc = subprocess.run(
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
     )
@@ -73,7 +80,7 @@ def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refre
         assert w.dtype == torch.bfloat16 and torch.equal(r["per_unit"][k], w), k
     moved = sum(not torch.equal(w, r["before"][k]) for k, w in r["per_unit"].items())
     assert moved >= len(r["before"]) - 2  # the refresh brought the moved shards (rotary buffers stay)
-    assert r["units"] == (3 if unit_params == 0 else 2)  # 2 layers and the root; or the layers' unit and root
+    assert r["units"] == expected_units  # measured on the sharded model, the root's unit included
     assert r["unit_gathers"] == r["units"]
     assert r["plain"] and r["resharded"]  # full tensors inside the block, shards again after it
     for k, w in r["per_tensor"].items():  # a unit at a time (the Trainer's way): the same weights

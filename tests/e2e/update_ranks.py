@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pods.batch import Rollouts  # noqa: E402
-from pods.distributed import Dist  # noqa: E402
+from pods.distributed import Dist, _fsdp_units  # noqa: E402
 from pods.models import autocast  # noqa: E402
 from pods.update.step import policy_update  # noqa: E402
 from tests.conftest import random_qwen2  # noqa: E402
@@ -49,38 +49,42 @@ def count_all_gathers():
 
 def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", micro: str = "2") -> None:
     """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
-    autocast on a CPU too (the GPU's precision, reproducible without one). kind suffixes: _keep (FSDP keeps
-    its gathered weights), _gather32 (FSDP gathers float32 whatever the compute dtype), _prefetch (FSDP
-    prefetches one layer ahead explicitly: update.fsdp_prefetch=1), _fp32 (no autocast); then _units (FSDP
-    shards all decoder layers as one unit: update.fsdp_unit_params over their size); and last, _nocache
-    (autocast without its cache of weight casts)."""
+    autocast on a CPU too (the GPU's precision, reproducible without one). kind: none (one process), ddp or
+    fsdp, then any of these flags, each after an underscore: keep (FSDP keeps its gathered weights), gather32
+    (FSDP gathers float32 whatever the compute dtype), prefetch (FSDP prefetches one unit ahead explicitly:
+    update.fsdp_prefetch=1), units (FSDP shards all decoder layers as one unit), pairs (FSDP units of two
+    layers: update.fsdp_unit_params at two layers' size), fp32 (no autocast), nocache (autocast without its
+    cache of weight casts). The model has 4 decoder layers."""
     import os
 
     cuda = device_type == "cuda"
     device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
-    nocache = kind.endswith("_nocache")  # autocast without its cache of weight casts
-    kind = kind.removesuffix("_nocache")
-    unit_params = 10**12 if kind.endswith("_units") else 0  # every decoder layer in one FSDP unit
-    kind = kind.removesuffix("_units")
-    fp32 = kind.endswith("_fp32")  # one process, no autocast: the float32 reference on a GPU
-    gather32 = kind.endswith("_gather32")
-    prefetch = 1 if kind.endswith("_prefetch") else 0
-    kind = kind.removesuffix("_fp32").removesuffix("_gather32").removesuffix("_prefetch")
+    base, *flags = kind.split("_")
+    unknown = set(flags) - {"keep", "gather32", "prefetch", "units", "pairs", "fp32", "nocache"}
+    if base not in ("none", "ddp", "fsdp") or unknown:
+        raise SystemExit(f"unknown kind {kind!r}")
+    nocache = "nocache" in flags  # autocast without its cache of weight casts
+    fp32 = "fp32" in flags  # one process, no autocast: the float32 reference on a GPU
+    gather32 = "gather32" in flags
+    prefetch = 1 if "prefetch" in flags else 0
     dtype = torch.bfloat16 if (cuda or precision == "bf16") and not fp32 else torch.float32
     b = _batch([6, 3, 1, 5, 2, 4, 6, 2], [7, 2, 5, 1, 6, 3, 4, 7])  # rows of every length mix
     b = Rollouts(b.input_ids, b.attention_mask, b.prompt_len, b.completion_mask, b.texts, [0, 1, 2, 3], 2)
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.25, -0.25])  # group 2: zero variance
     c = cfg()
-    c.hardware.distributed, c.update.micro_batch_size = kind.removesuffix("_keep"), int(micro)
-    c.update.fsdp_reshard_after_forward = not kind.endswith("_keep")  # fsdp_keep: gathered for the whole step
+    c.hardware.distributed, c.update.micro_batch_size = base, int(micro)
+    c.update.fsdp_reshard_after_forward = "keep" not in flags  # keep: gathered for the whole step
     dist = Dist(c.hardware, device)
     big = cuda or precision == "bf16"
-    shape = dict(hidden=256, heads=8, kv_heads=2, layers=4) if big else dict(hidden=32, heads=4, kv_heads=2)
-    model = random_qwen2(vocab=97, tie_word_embeddings=True, **shape)
+    shape = dict(hidden=256, heads=8, kv_heads=2) if big else dict(hidden=32, heads=4, kv_heads=2)
+    model = random_qwen2(vocab=97, tie_word_embeddings=True, layers=4, **shape)
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    unit_params = 10**12 if "units" in flags else 2 * layer if "pairs" in flags else 0
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype, prefetch, unit_params)
+    units = len(_fsdp_units(model)) if dist.fsdp else 0  # as built, the root's unit included
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     train_model, opt = dist.prepare(model, opt)
@@ -99,7 +103,10 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
         weights = dist.unwrap(train_model).state_dict()
     if dist.is_main:
         weights = {k: v.detach().cpu() for k, v in weights.items() if k != "lm_head.weight"}  # tied
-        torch.save({"weights": weights, "start": start, "stats": stats, "all_gathers": gathers[0]}, out)
+        torch.save(
+            {"weights": weights, "start": start, "stats": stats, "all_gathers": gathers[0], "units": units},
+            out,
+        )
 
 
 if __name__ == "__main__":
