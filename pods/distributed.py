@@ -8,11 +8,14 @@ ranks. In one process everything here is an identity.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 import torch
 
 from pods.config import HardwareConfig
+
+log = logging.getLogger("pods")
 
 
 def launched_distributed() -> bool:
@@ -108,6 +111,13 @@ class Dist:
         units = [[layers[i] for i in unit] for unit in unit_plan(len(layers), per_layer, unit_params)]
         for unit in units:  # a list of modules is one FSDP unit: one all-gather, one reduce-scatter
             fully_shard(unit if len(unit) > 1 else unit[0], mesh=mesh, mp_policy=mp)
+        if self.is_main:
+            sizes = sorted({len(u) for u in units})
+            log.info(
+                "FSDP over %d ranks: %d decoder layers of %.1fM parameters in %d unit(s) of %s layer(s) "
+                "(update.fsdp_unit_params=%d), then the root",
+                self.world, len(layers), per_layer / 1e6, len(units), " or ".join(map(str, sizes)), unit_params,
+            )  # fmt: skip
         fully_shard(model, mesh=mesh, mp_policy=mp)
         if prefetch > 0:  # update.fsdp_prefetch: explicit, `prefetch` units ahead in forward and in backward
             heads = [unit[0] for unit in units]  # any module of a unit stands for all of it
