@@ -22,13 +22,27 @@ def _run(procs: int, kind: str, out: Path) -> dict:
         pytest.fail(str(e))
 
 
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """(procs, kind) -> that launch's saved update, each launched once for the module's tests."""
+    done: dict[tuple[int, str], dict] = {}
+    work = tmp_path_factory.mktemp("update_ranks")
+
+    def get(procs: int, kind: str) -> dict:
+        if (procs, kind) not in done:
+            done[(procs, kind)] = _run(procs, kind, work / f"{kind}_{procs}.pt")
+        return done[(procs, kind)]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units", "fsdp_pairs", "fsdp_pairs_prefetch"]
 )
-def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
-    one = _run(1, "none", tmp_path / "one.pt")
-    two = _run(2, kind, tmp_path / "two.pt")
+def test_one_and_two_processes_give_the_same_update(launched, kind):
+    one = launched(1, "none")
+    two = launched(2, kind)
     assert (
         one["stats"]["update/rows"] == two["stats"]["update/rows"] == 6.0
     )  # the zero-variance group skipped
@@ -42,13 +56,13 @@ def test_one_and_two_processes_give_the_same_update(tmp_path, kind):
 
 
 @pytest.mark.slow
-def test_fsdp_all_gathers_once_per_unit_per_pass(tmp_path):
+def test_fsdp_all_gathers_once_per_unit_per_pass(launched):
     """Each of the 2 micro-batches gathers every layer unit in its forward and again in its backward, and the
     root once (kept for its backward). update.fsdp_reshard_after_forward=false gathers each unit once per step;
     update.fsdp_prefetch moves gathers earlier without adding any; update.fsdp_unit_params makes fewer units.
     The model has 4 decoder layers."""
-    runs = {k: _run(2, k, tmp_path / f"{k}.pt") for k in ("fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units",
-                                                            "fsdp_pairs", "fsdp_pairs_prefetch")}  # fmt: skip
+    kinds = ("fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units", "fsdp_pairs", "fsdp_pairs_prefetch")
+    runs = {k: launched(2, k) for k in kinds}
     units = {k: r["units"] for k, r in runs.items()}  # measured on the sharded model, the root included
     assert units == {"fsdp": 5, "fsdp_keep": 5, "fsdp_prefetch": 5, "fsdp_units": 2, "fsdp_pairs": 3,
                      "fsdp_pairs_prefetch": 3}  # fmt: skip
