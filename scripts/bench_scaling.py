@@ -10,12 +10,13 @@ a kernel waiting for a slower rank counts) is the table's NCCL column, and its t
 keeps the work per process fixed (one prompt per process per step: efficiency = step at 1 / step at k); strong
 scaling keeps the global batch fixed (`--strong 8`: 8 prompts per step over k processes, the headline's n=64,
 m=16). `--dist fsdp_keep` is FSDP with update.fsdp_reshard_after_forward=false, `fsdp_prefetch` FSDP with
-update.fsdp_prefetch=1, `fsdp_units` / `fsdp_per_layer` / `fsdp_one_unit` FSDP with the layers in units of about 1e8
-parameters (the default) / one per layer / all in one (update.fsdp_unit_params). `--side-by-side` runs the 1-process points of the dists at once, one GPU each, as many
-as there are GPUs, the rest after the multi-GPU points (they share the host's CPUs, not a GPU). `--repeats N` runs the
-whole sequence N times in turn (1, 4, 1, 4, ...), pools each point's steps and lists each repeat's own
-efficiency below the table, paired with the same repeat's 1-process point. Each launch prints where its seconds went: warm-up compiles, steps, and the
-rest (start-up, model load, teardown).
+update.fsdp_prefetch=1, `fsdp_units` / `fsdp_per_layer` / `fsdp_one_unit` FSDP with the layers in units of about
+1e8 parameters (the default) / one per layer / all in one (update.fsdp_unit_params). `--side-by-side` runs the
+1-process points of the dists at once, one GPU each, as many as there are GPUs, the rest after the multi-GPU
+points (they share the host's CPUs, not a GPU). `--repeats N` runs the whole sequence N times in turn (1, 4, 1,
+4, ...), pools each point's steps and lists each repeat's own efficiency below the table, paired with the same
+repeat's 1-process point. Each launch prints where its seconds went: warm-up compiles, steps, and the rest
+(start-up, model load, teardown).
 """
 
 from __future__ import annotations
@@ -216,9 +217,8 @@ def main() -> None:
         batches = chunks[:1] + [[p] for p in points if p[1] != 1] + chunks[1:]
     if a.repeats < 1:
         raise SystemExit("--repeats must be >= 1")
-    results: dict[
-        tuple[str, int], list[tuple]
-    ] = {}  # per point, each finished repeat's (records, profiles, cost)
+    # per point, each finished repeat's (records, profiles, cost)
+    results: dict[tuple[str, int], list[tuple]] = {}
     side = "; 1-process points side by side, one GPU each" if a.side_by_side else ""
     side += f"; {a.repeats} repeats in turn, steps pooled" if a.repeats > 1 else ""
 

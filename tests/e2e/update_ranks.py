@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pods.batch import Rollouts  # noqa: E402
+from pods.config import UpdateConfig  # noqa: E402
 from pods.distributed import Dist, _fsdp_units  # noqa: E402
 from pods.models import autocast  # noqa: E402
 from pods.update.step import policy_update  # noqa: E402
@@ -52,7 +53,8 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     autocast on a CPU too (the GPU's precision, reproducible without one). kind: none (one process), ddp or
     fsdp, then any of these flags, each after an underscore: keep (FSDP keeps its gathered weights), gather32
     (FSDP gathers float32 whatever the compute dtype), prefetch (FSDP prefetches one unit ahead explicitly:
-    update.fsdp_prefetch=1), units (FSDP shards all decoder layers as one unit), pairs (FSDP units of two
+    update.fsdp_prefetch=1), units (update.fsdp_unit_params' default, as the Trainer and the bench's
+    `fsdp_units` use it: this small model's decoder layers make one unit), pairs (FSDP units of two
     layers: update.fsdp_unit_params at two layers' size), fp32 (no autocast), nocache (autocast without its
     cache of weight casts). The model has 4 decoder layers."""
     import os
@@ -81,7 +83,8 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     shape = dict(hidden=256, heads=8, kv_heads=2) if big else dict(hidden=32, heads=4, kv_heads=2)
     model = random_qwen2(vocab=97, tie_word_embeddings=True, layers=4, **shape)
     layer = sum(p.numel() for p in model.model.layers[0].parameters())
-    unit_params = 10**12 if "units" in flags else 2 * layer if "pairs" in flags else 0
+    default = UpdateConfig().fsdp_unit_params  # 1e8: one unit of these 4 layers (2.2M parameters at most)
+    unit_params = default if "units" in flags else 2 * layer if "pairs" in flags else 0
     start = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     model = dist.shard_model(model.to(device), torch.float32 if gather32 else dtype, prefetch, unit_params)
     units = len(_fsdp_units(model)) if dist.fsdp else 0  # as built, the root's unit included
