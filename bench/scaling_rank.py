@@ -37,7 +37,7 @@ def summarize(events, rank: int, step: int) -> dict:
     dev = sorted(((e.key, _self_device_us(e) / 1e3, e.count) for e in events if _kernel(e) and _self_device_us(e) > 0),
                  key=lambda x: -x[1])  # fmt: skip
     host = sorted(((e.key, e.self_cpu_time_total / 1e3, e.count) for e in events), key=lambda x: -x[1])
-    nccl = [d for d in dev if "nccl" in d[0].lower()]
+    nccl = [d for d in dev if _is_nccl(d[0])]
     return {
         "rank": rank,
         "step": step,
@@ -70,9 +70,14 @@ def phase_device_ms(events, prefix: str = "phase/") -> dict[str, dict[str, float
         if inside:
             d = out[inside[-1][2]]  # the latest-starting range that holds it: the innermost
             d["kernels_ms"] += e.time_range.elapsed_us() / 1e3
-            if "nccl" in e.name.lower():
+            if _is_nccl(e.name):
                 d["nccl_ms"] += e.time_range.elapsed_us() / 1e3
     return out
+
+
+def _is_nccl(name: str) -> bool:
+    """A collective's kernel (its name says NCCL), as the NCCL columns count it."""
+    return "nccl" in name.lower()
 
 
 def _on_device(e) -> bool:
