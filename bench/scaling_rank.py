@@ -5,6 +5,9 @@ composed config, the real Trainer, with one step profiled by torch.profiler.
 
 The profiled step (take the last: the profiler slows it) writes `profile_rank<r>.json` into the run dir: the
 step's device time in NCCL kernels and in all kernels, and the top kernels and host ops by self time.
+With `--decode-parts` every step's generation is also split by the graph loop's parts (StepDecoder.phase_seconds:
+reclaim, prefill, eager, capture, replay, with a device sync at each part's edges) into
+`decode_parts_rank<r>.jsonl`, the rest of generation as `other` (rows' bookkeeping, LoRA merge, copies out).
 """
 
 from __future__ import annotations
@@ -110,9 +113,40 @@ class ProfileStep(Callback):
         self.prof = None
 
 
+DECODE_PARTS = ("reclaim", "prefill", "eager", "capture", "replay")
+
+
+class DecodeParts(Callback):
+    """Each step's generation split by the graph loop's parts (seconds, summed over the step's generate calls),
+    one line per step in `decode_parts_rank<r>.jsonl`; `other` is the step's timing/generation minus the parts,
+    `tokens` the decode steps run. Decoders made during a step (its first shapes) are timed from the next."""
+
+    def on_step_start(self, trainer) -> None:
+        for dec in getattr(trainer.generator, "step_decoders", {}).values():
+            dec.phase_seconds = {}
+
+    def on_step_end(self, trainer, record: dict) -> None:
+        parts = dict.fromkeys(DECODE_PARTS, 0.0)
+        tokens, timed = 0, False
+        for dec in getattr(trainer.generator, "step_decoders", {}).values():
+            if dec.phase_seconds is None:
+                continue
+            timed = True
+            for k, v in dec.phase_seconds.items():
+                if k == "steps":
+                    tokens += int(v)
+                elif k in parts:
+                    parts[k] += v
+        line = {"step": trainer.step, "timed": timed, "tokens": tokens, **parts}
+        line["other"] = record.get("timing/generation", 0.0) - sum(parts.values()) if timed else 0.0
+        with open(trainer.run_dir / f"decode_parts_rank{trainer.dist.rank}.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--profile-step", type=int, default=0, help="0: none")
+    p.add_argument("--decode-parts", action="store_true", help="split generation by the graph loop's parts")
     p.add_argument("overrides", nargs="*", help="pods config overrides (run_dir=... among them)")
     a = p.parse_args()
     from bench.harness import compose_train
@@ -120,7 +154,8 @@ def main() -> None:
 
     cfg = compose_train(a.overrides)
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    run(cfg, callbacks=[ProfileStep(a.profile_step)] if a.profile_step else [])
+    callbacks = [ProfileStep(a.profile_step)] if a.profile_step else []
+    run(cfg, callbacks=callbacks + ([DecodeParts()] if a.decode_parts else []))
 
 
 if __name__ == "__main__":

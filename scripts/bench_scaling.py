@@ -15,8 +15,9 @@ update.fsdp_prefetch=1, `fsdp_units` / `fsdp_per_layer` / `fsdp_one_unit` FSDP w
 1-process points of the dists at once, one GPU each, as many as there are GPUs, the rest after the multi-GPU
 points (they share the host's CPUs, not a GPU). `--repeats N` runs the whole sequence N times in turn (1, 4, 1,
 4, ...), pools each point's steps and lists each repeat's own efficiency below the table, paired with the same
-repeat's 1-process point. Each launch prints where its seconds went: warm-up compiles, steps, and the rest
-(start-up, model load, teardown).
+repeat's 1-process point. `--decode-parts` splits rank 0's generation by the graph loop's parts (reclaim,
+prefill, eager, capture, replay, other; bench/scaling_rank.py's DecodeParts) in a second table. Each launch
+prints where its seconds went: warm-up compiles, steps, and the rest (start-up, model load, teardown).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def launch(a, model_dir: Path, data, procs: int, dist: str, run_dir: Path, gpus:
     from bench.harness import torchrun_command
 
     prof = ["--profile-step", str(a.steps)] if a.profile else []
+    prof += ["--decode-parts"] if a.decode_parts else []
     cmd = [*torchrun_command(procs), "-m", "bench.scaling_rank", *prof, "--"]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     if gpus is not None:
@@ -103,6 +105,7 @@ def finish(a, launched, procs: int, dist: str, run_dir: Path) -> tuple[list[dict
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     profiles = [json.loads(f.read_text()) for f in sorted(run_dir.glob("profile_rank*.json"))]
     train = [r for r in recs if r.get("kind") == "train"]
+    merge_decode_parts(train, run_dir / "decode_parts_rank0.jsonl")
     cost = {
         "launch_s": seconds,
         "compile_s": sum(r.get("timing/compile", 0.0) for r in train),
@@ -111,6 +114,35 @@ def finish(a, launched, procs: int, dist: str, run_dir: Path) -> tuple[list[dict
     # the first two steps carry warm-ups and compiles; with --profile the last ran under the profiler
     last = a.steps - 1 if a.profile else a.steps
     return [r for r in train if 2 < r["step"] <= last], profiles, cost
+
+
+def merge_decode_parts(train: list[dict], path: Path) -> None:
+    """Rank 0's generation parts of each step (bench/scaling_rank.py's DecodeParts; absent without
+    --decode-parts) into that step's record as `decode/<part>`; steps whose decoders were not yet timed get
+    none."""
+    if not path.exists():
+        return
+    parts = {p["step"]: p for p in map(json.loads, path.read_text().splitlines()) if p["timed"]}
+    for r in train:
+        for k, v in parts.get(r["step"], {}).items():
+            if k not in ("step", "timed"):
+                r[f"decode/{k}"] = v
+
+
+def decode_table(rows: list[tuple[str, int, list[dict]]]) -> str:
+    """Generation by the graph loop's part: median seconds over the read steps of rank 0, per point."""
+    cols = ("reclaim", "prefill", "eager", "capture", "replay", "other")
+    head = "| dist | procs | generation s | " + " | ".join(f"{c} s" for c in cols) + " | decode steps |"
+    lines = ["\nGeneration by part (rank 0; a device sync at each part's edges):\n", head,
+             "|" + "---|" * (4 + len(cols))]  # fmt: skip
+    for d, k, recs in rows:
+        timed = [r for r in recs if "decode/replay" in r]
+        if not timed:
+            continue
+        med = lambda key, timed=timed: st.median(r.get(key, 0.0) for r in timed)  # noqa: E731
+        cells = [d, str(k), f"{med('timing/generation'):.3f}", *(f"{med('decode/' + c):.3f}" for c in cols)]
+        lines.append("| " + " | ".join(cells) + f" | {med('decode/tokens'):.0f} |")
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
 def summarize(recs: list[dict], profiles: list[dict]) -> dict:
@@ -192,6 +224,10 @@ def main() -> None:
         help="run every point this many times, in turn (1, 4, 1, 4, ...): a row pools the repeats' steps, and "
         "each repeat's efficiency is listed below the table (paired, so a machine's drift shows)",
     )  # fmt: skip
+    p.add_argument(
+        "--decode-parts", action="store_true",
+        help="split rank 0's generation by the graph loop's parts (a second table; a device sync at each edge)",
+    )  # fmt: skip
     a = p.parse_args()
     a.threads = a.threads or 1
     out = Path(a.out)
@@ -237,6 +273,7 @@ def main() -> None:
             f"Scaling ({kind}; {shape}; device {a.device}; {read}{side}):\n\n"
             + table(rows, not a.strong)
             + (per_repeat(walls, not a.strong) if a.repeats > 1 else "")
+            + decode_table([(d, k, pooled[(d, k)]) for d, k in done])
         )
         out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
         if a.profile:  # the first repeat's profiled step

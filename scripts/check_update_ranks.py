@@ -85,33 +85,51 @@ def main() -> None:
     a = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pods_ranks_"))
     prec = "bf16" if a.bf16 else ""
+    rows, out = [], Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    head = (
+        f"Update of one fixed batch, 1 process (bf16 autocast on a GPU{' and here' if a.bf16 else ''}) against "
+        f"each row; device {a.device}; {a.micro} rows per micro-batch; "
+        f"pass: relative distance <= {a.rtol}, the loss within that, the same rows and tokens.\n"
+    )
+
+    def write() -> None:  # after every row: a run stopped by a time limit keeps the rows it finished
+        text = render(head, rows)
+        out.write_text(text)
+        print(text, flush=True)
+
     ref = run(1, "none", a.device, work / "one.pt", prec, a.micro)
-    rows = []
     if a.device == "cuda" or a.bf16:
         fp32 = run(1, "none_fp32", a.device, work / "fp32.pt", prec, a.micro)
         rows.append(("1 process, float32 (no autocast)", update_distance(ref, fp32), None))
+        write()
     for kind in a.kinds.split(","):
         d = update_distance(ref, run(a.procs, kind, a.device, work / f"{kind}.pt", prec, a.micro))
         loss_ok = d["loss_diff"] <= a.rtol * abs(ref["stats"]["update/loss"]) + 1e-6  # NaN fails too
         rows.append(
             (f"{a.procs} processes, {kind}", d, d["rel"] <= a.rtol and loss_ok and d["same_rows_tokens"])
         )
+        write()
+    sys.exit(0 if all(ok is not False for *_, ok in rows) else 1)
+
+
+def render(head: str, rows: list[tuple[str, dict, bool | None]]) -> str:
+    """The table; where the float32 reference row is there (bf16 runs), each distance also as a multiple of
+    that row's: bf16's own rounding of this update, measured. Two independent roundings of the same update
+    sit about sqrt(2) of it apart."""
+    own = next((d["rel"] for _, d, ok in rows if ok is None), None)
     lines = [
-        f"Update of one fixed batch, 1 process (bf16 autocast on a GPU{' and here' if a.bf16 else ''}) against "
-        f"each row; device {a.device}; {a.micro} rows per micro-batch; "
-        f"pass: relative distance <= {a.rtol}, the loss within that, the same rows and tokens.\n",
-        "| run | largest relative distance of the update | on tensor | loss difference | rows, tokens | pass |",
-        "|---|---|---|---|---|---|",
+        head,
+        "| run | largest relative distance of the update | x bf16's own rounding | on tensor | loss difference "
+        "| rows, tokens | pass |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, d, ok in rows:
         passed = "reference" if ok is None else ("yes" if ok else "**no**")
-        lines.append(f"| {label} | {d['rel']:.2e} | {d['tensor']} | {d['loss_diff']:.2e} | "
+        times = f"{d['rel'] / own:.2f}" if own else "-"
+        lines.append(f"| {label} | {d['rel']:.2e} | {times} | {d['tensor']} | {d['loss_diff']:.2e} | "
                      f"{'same' if d['same_rows_tokens'] else 'differ'} | {passed} |")  # fmt: skip
-    text = "\n".join(lines) + "\n"
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(text)
-    print(text)
-    sys.exit(0 if all(ok is not False for *_, ok in rows) else 1)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

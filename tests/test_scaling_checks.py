@@ -73,3 +73,15 @@ def test_each_repeat_pairs_with_its_own_one_process_point():
     assert rows[3] == "| ddp | 4 | 1.250, 1.200 | 0.800, 1.000 |"  # repeat 1 against repeat 1, 2 against 2
     assert rows[4] == "| fsdp | 4 | 2.000 | - |"
     assert "speedup per repeat" in per_repeat(walls, weak=False)
+
+
+def test_the_update_table_states_each_distance_against_bf16s_own_rounding():
+    from scripts.check_update_ranks import render
+
+    d = lambda rel: {"rel": rel, "tensor": "w", "loss_diff": 0.0, "same_rows_tokens": True}  # noqa: E731
+    md = render("head\n", [("fp32", d(0.02), None), ("2 processes, fsdp", d(0.03), False)])
+    assert "| fp32 | 2.00e-02 | 1.00 | w |" in md and "| 2 processes, fsdp | 3.00e-02 | 1.50 | w |" in md
+    assert "**no**" in md and "reference" in md
+    assert "| 2 processes, ddp | 1.00e-06 | - | w |" in render(
+        "head\n", [("2 processes, ddp", d(1e-6), True)]
+    )

@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from bench.scaling_rank import summarize
 
 
@@ -74,3 +76,49 @@ def test_the_phase_timer_names_its_phases_in_a_profile():
         with t.phase("generation"), t.phase("compile"):
             pass
     assert set(phase_device_ms(prof.events())) == {"update", "generation", "compile"}
+
+
+def test_decode_parts_split_a_real_graph_loop_generation_and_the_bench_reads_them(tmp_path):
+    """DecodeParts on the graph loop (eager on a CPU: no capture) with the tiny policy: the parts and `other`
+    add up to the step's generation time, the decode steps are counted, and bench_scaling merges rank 0's
+    lines into the read records and tables them."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.scaling_rank import DECODE_PARTS, DecodeParts
+    from pods.rollout.hf import HFGenerator
+    from pods.timing import PhaseTimer
+    from scripts.bench_scaling import decode_table, merge_decode_parts
+
+    tiny = Path(__file__).resolve().parents[1] / "pods" / "assets" / "tiny"
+    tok = AutoTokenizer.from_pretrained(tiny)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+    timer = PhaseTimer()
+    g = HFGenerator(model, tok, "cpu", 4, 12, compiled=True, dtype=torch.float32, prompt_bucket=16,
+                    max_prompt_len=64, timer=timer, loop="graph")  # fmt: skip
+    trainer = SimpleNamespace(generator=g, run_dir=tmp_path, dist=SimpleNamespace(rank=0), step=0)
+    cb, records = DecodeParts(), []
+    for step in (1, 2):
+        cb.on_step_start(trainer)
+        with timer.phase("generation"):
+            g.generate(["12 + 7 =\n"], [0], 4, 1.0)
+        trainer.step = step
+        rec = {"kind": "train", "step": step, **timer.pop_step()}
+        cb.on_step_end(trainer, rec)
+        records.append(rec)
+    lines = [json.loads(x) for x in (tmp_path / "decode_parts_rank0.jsonl").read_text().splitlines()]
+    assert [(x["step"], x["timed"]) for x in lines] == [(1, False), (2, True)]  # made during step 1
+    two = lines[1]
+    assert 1 <= two["tokens"] <= 12 and two["eager"] > 0 and all(two[k] >= 0 for k in DECODE_PARTS)
+    assert sum(two[k] for k in DECODE_PARTS) + two["other"] == pytest.approx(records[1]["timing/generation"])
+    assert two["other"] >= -1e-3  # the parts lie inside the generation phase
+    merge_decode_parts(records, tmp_path / "decode_parts_rank0.jsonl")
+    assert "decode/eager" not in records[0] and records[1]["decode/eager"] == two["eager"]
+    md = decode_table([("ddp", 1, records)])
+    assert f"| ddp | 1 | {records[1]['timing/generation']:.3f} |" in md and md.count("| ddp |") == 1
+    assert decode_table([("ddp", 1, records[:1])]) == ""  # nothing timed: no table

@@ -8,8 +8,9 @@
 #   bash scripts/device/scaling.sh weak_3b_lora strong_0.5b   # 3B LoRA under DDP; 8 prompts x 64/16 under DDP
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; PROFILE=1 profiles weak_3b_lora's last
-# step too; REPEATS=2 runs each part's points twice in turn (paired efficiencies); KINDS=ddp,fsdp_units the
-# layouts `correct` checks; LIMIT=<s> overrides every part's time limit.
+# step too; DECODE_PARTS=1 splits its generation by the graph loop's parts; REPEATS=2 runs each part's points
+# twice in turn (paired efficiencies); KINDS=ddp,fsdp_units the layouts `correct` checks; LIMIT=<s> overrides
+# every part's time limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -20,6 +21,7 @@ NG=$(nvidia-smi -L | grep -c '^GPU ')  # whole GPUs (MIG devices are listed belo
 P=1; for k in 2 4 8; do [ "$k" -le "$NG" ] && P=$P,$k; done  # 1,2 on 2 GPUs; 1,2,4 on 4
 P=${PROCS:-$P}  # PROCS=1,4: only those points
 PROF3B="--steps 6"; [ "${PROFILE:-0}" = 1 ] && PROF3B="--steps 7 --profile"  # the profiled step is not read
+[ "${DECODE_PARTS:-0}" = 1 ] && PROF3B="$PROF3B --decode-parts"  # weak_3b_lora: generation by the loop's parts
 B="python3 scripts/bench_scaling.py --threads 2 --procs $P --repeats ${REPEATS:-1}"  # REPEATS=2: 1,4,1,4
 part() {  # part <seconds> <name> <command>...: one part under a limit; its launches do not outlive it
   local t=$1 name=$2; shift 2
