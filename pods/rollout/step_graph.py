@@ -77,7 +77,7 @@ class StepDecoder:
     `release()` frees the cache's storage and drops the graphs between rollouts (rollout.hf.release_cache): the
     update can use that memory, and the next run allocates the cache again and captures anew after two
     eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
-    guard, so a new address recompiles nothing; each sampling setting's graph pool is kept too).
+    guard, so a new address recompiles nothing; the new graph shares the old graph's memory pool).
     """
 
     def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
@@ -94,7 +94,9 @@ class StepDecoder:
         self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
-        self.pools: dict[tuple, torch.cuda.MemPool] = {}  # a graph's memory, per sampling setting, kept
+        self.retired: dict[
+            tuple, torch.cuda.CUDAGraph
+        ] = {}  # released graphs: never replayed, their pools kept
         self.capture_stream = None
         # inductor, after merging the identical products of fused q/k/v and gate/up (pods/rollout/fused.py)
         self.forward = (
@@ -126,11 +128,13 @@ class StepDecoder:
         ]
 
     def release(self) -> None:
-        """Free the cache's storage (the tensors stay, with no memory behind them) and drop the captured graphs;
-        their memory pools stay (one decode step's intermediates) for the next capture to reuse. The next
-        run() gives the cache its memory back and captures again."""
+        """Free the cache's storage (the tensors stay, with no memory behind them) and retire the captured
+        graphs: never replayed again, they keep their memory pools (one decode step's intermediates) for the
+        next capture of each sampling setting to share. The next run() gives the cache its memory back and
+        captures again."""
         for t in self._cache_tensors():
             t.untyped_storage().resize_(0)
+        self.retired.update(self.graphs)  # their pools, for the next captures to share
         self.graphs.clear()
         self.released = True
 
@@ -174,22 +178,21 @@ class StepDecoder:
         main.wait_stream(side)
 
     def _capture(self, sampling) -> torch.cuda.CUDAGraph:
-        """Record one decode step as a graph (the state the warm-up left is not touched), into a memory pool of
-        its own per sampling setting, kept across releases: a capture after release() reuses the blocks the
-        dropped graph had, so it asks the driver for nothing. Not `with torch.cuda.graph(...)`: its entry
-        empties the allocator's cache, which here ran every rollout (release_cache) and handed back the
+        """Record one decode step as a graph (the state the warm-up left is not touched). After release() the
+        new graph shares the memory pool of the graph it replaces (`pool=old.pool()`, torch's documented
+        sharing; the old one is never replayed again and goes once the capture ends), so a recapture reuses
+        the blocks the old graph had and asks the driver for nothing. Not `with torch.cuda.graph(...)`: its
+        entry empties the allocator's cache, which here ran every rollout (release_cache) and handed back the
         update's cached segments, for the update to allocate again each step (results/scaling/h200x4b/)."""
         graph = torch.cuda.CUDAGraph()
-        pool = self.pools.get(sampling)
-        if pool is None:
-            pool = self.pools[sampling] = torch.cuda.MemPool()
+        old = self.retired.pop(sampling, None)  # alive until the end: the pool stays referenced
         if self.capture_stream is None:
             self.capture_stream = torch.cuda.Stream(self.device)
         torch.cuda.synchronize(self.device)  # as torch.cuda.graph: nothing queued runs into the capture
         main = torch.cuda.current_stream(self.device)
         self.capture_stream.wait_stream(main)
         with torch.cuda.stream(self.capture_stream):
-            graph.capture_begin(pool=pool.id)
+            graph.capture_begin(pool=old.pool() if old is not None else None)
             try:
                 self._step(sampling)
             finally:

@@ -367,15 +367,17 @@ def test_released_graph_loop_on_cuda_recaptures_without_recompiling(cuda_tiny):
 
 @pytest.mark.gpu
 def test_released_graph_loop_recaptures_into_its_kept_pool_without_new_device_memory(cuda_tiny):
-    """CUDA only: a capture after release() reuses the kept pool of its sampling setting and leaves the
+    """CUDA only: a capture after release() shares the pool of the graph it replaces and leaves the
     allocator's cache alone (torch.cuda.graph's entry would empty it), so a warm call asks the driver for no
     new segment: the cache and the graph get back blocks the allocator already holds."""
     model, tok, kw, ref = cuda_tiny
     g = HFGenerator(model, tok, "cuda", 8, 24, loop="graph", release_cache=True, **kw)
     for _ in range(2):  # compile, capture, release; then a warm recapture
         assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref
-    pools = {k: id(p) for d in g.step_decoders.values() for k, p in d.pools.items()}
+    decs = list(g.step_decoders.values())
+    pools = {k: gr.pool() for d in decs for k, gr in d.retired.items()}
     before = torch.cuda.memory_stats()["segment.all.allocated"]
     assert g.generate(PROMPTS, [0, 1, 2], 2, 0.0).texts == ref
     assert torch.cuda.memory_stats()["segment.all.allocated"] == before
-    assert {k: id(p) for d in g.step_decoders.values() for k, p in d.pools.items()} == pools and pools
+    assert pools and {k: gr.pool() for d in decs for k, gr in d.retired.items()} == pools
+    _seeded_samples_repeat(g)
