@@ -85,3 +85,12 @@ def test_the_update_table_states_each_distance_against_bf16s_own_rounding():
     assert "| 2 processes, ddp | 1.00e-06 | - | w |" in render(
         "head\n", [("2 processes, ddp", d(1e-6), True)]
     )
+
+
+def test_the_pass_bound_is_two_independent_bf16_roundings_apart():
+    from scripts.check_update_ranks import pass_bound
+
+    # results/scaling/h200x4b/: bf16's own 1.84e-2 -> 2.60e-2; FSDP's bf16 gather read 2.19e-2, DDP 2.55e-3
+    assert pass_bound(1.84e-2) == pytest.approx(2.602e-2, rel=1e-3)
+    assert 2.19e-2 <= pass_bound(1.84e-2) < 3e-2
+    assert pass_bound(0.0) == 1e-6  # an exact float32 run still leaves a bound, not zero

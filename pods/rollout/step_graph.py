@@ -181,9 +181,10 @@ class StepDecoder:
         """Record one decode step as a graph (the state the warm-up left is not touched). After release() the
         new graph shares the memory pool of the graph it replaces (`pool=old.pool()`, torch's documented
         sharing; the old one is never replayed again and goes once the capture ends), so a recapture reuses
-        the blocks the old graph had and asks the driver for nothing. Not `with torch.cuda.graph(...)`: its
-        entry empties the allocator's cache, which here ran every rollout (release_cache) and handed back the
-        update's cached segments, for the update to allocate again each step (results/scaling/h200x4b/)."""
+        the blocks the old graph had. Not `with torch.cuda.graph(...)`: its entry empties the allocator's
+        cache, which here ran every rollout (release_cache) and handed back the update's cached segments, for
+        the update to allocate again each step (3B LoRA on an H200: 189-214 cudaMallocs per update before,
+        0 once warm at 1 GPU after; capture 0.04-0.07 s -> 0.01-0.03 s; results/scaling/h200x4b/)."""
         graph = torch.cuda.CUDAGraph()
         old = self.retired.pop(sampling, None)  # alive until the end: the pool stays referenced
         if self.capture_stream is None:

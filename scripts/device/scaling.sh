@@ -9,8 +9,8 @@
 #   bash scripts/device/scaling.sh correct curves # 1 vs k GPUs, one update (bf16 tolerance); DDP/FSDP eval curves
 # DISTS=fsdp picks the layouts of weak_0.5b; PROCS=1,4 the process counts; PROFILE=1 profiles weak_3b_lora's last
 # step too; DECODE_PARTS=1 splits its generation by the graph loop's parts; REPEATS=2 runs each part's points
-# twice in turn (paired efficiencies); KINDS=ddp,fsdp_units the layouts `correct` checks; LIMIT=<s> overrides
-# every part's time limit.
+# twice in turn (paired efficiencies); KINDS=ddp,fsdp the layouts `correct` checks (default: DDP, FSDP in units,
+# FSDP in units computing as one process does, FSDP a unit per layer); LIMIT=<s> overrides every part's limit.
 # .whl carried (docs/gpu.md). Output in $OUT: scaling.tgz (tables, raw records, logs, profiles), table.md and
 # each part's tables (<part>.md, <part>.profile.md); a second invocation in the same call adds to them.
 set -o pipefail
@@ -39,7 +39,7 @@ for n in "$@"; do
       --intermediate 11008 $PROF3B --out "$R/$n.md" ;;
     strong_0.5b) part "${LIMIT:-250}" $n $B --dist ddp --strong 8 --steps 5 --out "$R/$n.md" ;;
     correct) part "${LIMIT:-240}" $n python3 scripts/check_update_ranks.py --device cuda --procs 2 \
-      --kinds "${KINDS:-ddp,fsdp,fsdp_units}" --out "$R/$n.md" ;;
+      --kinds "${KINDS:-ddp,fsdp_units,fsdp_units_gather32_nocache,fsdp}" --out "$R/$n.md" ;;
     curves)  # 40 steps of the shipped tiny policy on 2 GPUs under DDP and under FSDP: the same eval curve
       for hw in multi_gpu fsdp; do
         rm -rf "$R/curves_$hw"  # a second call on a warm machine: a fresh run, not a refusal to overwrite
