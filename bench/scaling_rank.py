@@ -7,7 +7,8 @@ The profiled step (take the last: the profiler slows it) writes `profile_rank<r>
 step's device time in NCCL kernels and in all kernels, and the top kernels and host ops by self time.
 With `--decode-parts` every step's generation is also split by the graph loop's parts (StepDecoder.phase_seconds:
 reclaim, prefill, eager, capture, replay, with a device sync at each part's edges) into
-`decode_parts_rank<r>.jsonl`, the rest of generation as `other` (rows' bookkeeping, LoRA merge, copies out).
+`decode_parts_rank<r>.jsonl`, the rest of generation (and of a warm-up's compile) as `other` (rows' bookkeeping,
+LoRA merge, copies out).
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ DECODE_PARTS = ("reclaim", "prefill", "eager", "capture", "replay")
 
 class DecodeParts(Callback):
     """Each step's generation split by the graph loop's parts (seconds, summed over the step's generate calls),
-    one line per step in `decode_parts_rank<r>.jsonl`; `other` is the step's timing/generation minus the parts,
-    `tokens` the decode steps run. Decoders made during a step (its first shapes) are timed from the next."""
+    one line per step in `decode_parts_rank<r>.jsonl`; `other` is the step's timing/generation (plus
+    timing/compile: a new shape's warm-up decodes inside it) minus the parts, `tokens` the decode steps run.
+    Decoders made during a step (its first shapes) are timed from the next."""
 
     def on_step_start(self, trainer) -> None:
         for dec in getattr(trainer.generator, "step_decoders", {}).values():
@@ -137,8 +139,10 @@ class DecodeParts(Callback):
                     tokens += int(v)
                 elif k in parts:
                     parts[k] += v
+        # a new prompt width's warm-up decodes too, timed as `compile` outside generation's clock
+        spent = record.get("timing/generation", 0.0) + record.get("timing/compile", 0.0)
         line = {"step": trainer.step, "timed": timed, "tokens": tokens, **parts}
-        line["other"] = record.get("timing/generation", 0.0) - sum(parts.values()) if timed else 0.0
+        line["other"] = spent - sum(parts.values()) if timed else 0.0
         with open(trainer.run_dir / f"decode_parts_rank{trainer.dist.rank}.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
 
