@@ -123,16 +123,28 @@ def module_file(module: str, repo: Path) -> str | None:
     return None
 
 
+DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
 def imports(path: str, repo: Path) -> set[str]:
-    """Repository files that one Python file imports (anywhere in it: lazy imports count)."""
+    """Repository files that one Python file imports (anywhere in it: lazy imports count) or launches: a
+    string naming a repository module (`"-m", "bench.scaling_rank"` in a subprocess command) and a path
+    joined from string parts (`ROOT / "tests" / "e2e" / "update_ranks.py"`)."""
     tree = ast.parse((repo / path).read_text())
     names: set[str] = set()
+    found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    found = set()
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
+            if module_file(node.value, repo):
+                names.add(node.value)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            joined = "/".join(_path_parts(node))
+            if joined.endswith(".py") and (repo / joined).is_file():
+                found.add(joined)
     for name in names:
         parts = name.split(".")
         for i in range(1, len(parts) + 1):  # the package's __init__ runs too
@@ -140,6 +152,13 @@ def imports(path: str, repo: Path) -> set[str]:
             if f:
                 found.add(f)
     return found
+
+
+def _path_parts(node: ast.AST) -> list[str]:
+    """The string constants of a `a / "b" / "c"` chain, in order (a non-string part contributes nothing)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _path_parts(node.left) + _path_parts(node.right)
+    return [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else []
 
 
 def code_of(command: str, repo: Path) -> set[str]:

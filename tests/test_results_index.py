@@ -111,3 +111,30 @@ def test_a_moved_module_is_not_a_change_of_code(tmp_path):
     commit(repo, {"lab_helper.py": helper.replace("return 1", "return 2")}, "change it")
     [entry] = check(index, repo)
     assert entry.changed == ["lab_helper.py"]
+
+
+def test_code_a_script_launches_counts_as_its_code(tmp_path):
+    """A module a script launches (`"-m", "pods.train"` in a subprocess command) and a script it runs by a
+    joined path (`ROOT / "tests" / "worker.py"`) are its code, as an import is: changing either makes the
+    entry stale (results/threads/ launches pods.train and was read as current through such a change). A
+    dotted string that names no module of the repository is not code."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    runner = (
+        "import subprocess, sys\nfrom pathlib import Path\nROOT = Path(__file__).parents[1]\n"
+        "subprocess.run([sys.executable, '-m', 'pods.train'])\n"
+        "subprocess.run([sys.executable, str(ROOT / 'tests' / 'worker.py')])\nNOTE = 'results.md or torch.nn'\n"
+    )
+    c1 = commit(repo, {
+        "pods/__init__.py": "", "pods/train.py": "X = 1\n", "tests/worker.py": "Y = 1\n",
+        "scripts/run.py": runner, "results/a.md": "a",
+    }, "measure")  # fmt: skip
+    index = repo / "results" / "README.md"
+    row = "| path | commit | command | status |\n|---|---|---|---|\n| `a.md` | {} | `python scripts/run.py` | current |\n"
+    index.write_text(row.format(c1))
+    [entry] = check(index, repo)
+    assert entry.code == {"scripts/run.py", "pods/__init__.py", "pods/train.py", "tests/worker.py"}
+    commit(repo, {"pods/train.py": "X = 2\n", "tests/worker.py": "Y = 2\n"}, "change both")
+    [entry] = check(index, repo)
+    assert entry.changed == ["pods/train.py", "tests/worker.py"] and entry.problem
