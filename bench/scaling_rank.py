@@ -121,7 +121,8 @@ class DecodeParts(Callback):
     """Each step's generation split by the graph loop's parts (seconds, summed over the step's generate calls),
     one line per step in `decode_parts_rank<r>.jsonl`; `other` is the step's timing/generation (plus
     timing/compile: a new shape's warm-up decodes inside it) minus the parts, `tokens` the decode steps run.
-    Decoders made during a step (its first shapes) are timed from the next."""
+    A step in which a decoder was made (a new row count) is not timed (`timed: false`): that decoder ran
+    without its clock; decoders are timed from the next step on."""
 
     def on_step_start(self, trainer) -> None:
         for dec in getattr(trainer.generator, "step_decoders", {}).values():
@@ -129,11 +130,11 @@ class DecodeParts(Callback):
 
     def on_step_end(self, trainer, record: dict) -> None:
         parts = dict.fromkeys(DECODE_PARTS, 0.0)
-        tokens, timed = 0, False
-        for dec in getattr(trainer.generator, "step_decoders", {}).values():
-            if dec.phase_seconds is None:
-                continue
-            timed = True
+        decs = list(getattr(trainer.generator, "step_decoders", {}).values())
+        # a decoder made during the step decoded untimed: its seconds would all read as `other`
+        timed = bool(decs) and all(d.phase_seconds is not None for d in decs)
+        tokens = 0
+        for dec in decs if timed else []:
             for k, v in dec.phase_seconds.items():
                 if k == "steps":
                     tokens += int(v)

@@ -94,3 +94,14 @@ def test_the_pass_bound_is_two_independent_bf16_roundings_apart():
     assert pass_bound(1.84e-2) == pytest.approx(2.602e-2, rel=1e-3)
     assert 2.19e-2 <= pass_bound(1.84e-2) < 3e-2
     assert pass_bound(0.0) == 1e-6  # an exact float32 run still leaves a bound, not zero
+
+
+def test_the_default_bound_is_capped_so_a_far_or_diverged_reference_cannot_pass_everything():
+    import math
+
+    from scripts.check_update_ranks import CAP, default_bound
+
+    assert default_bound(1.84e-2) == (pytest.approx(2.602e-2, rel=1e-3), "sqrt(2) x bf16's own rounding")
+    for own in (1.0, math.inf, math.nan):  # a tensor only one update moved reads 1.0; a diverged one inf
+        bound, why = default_bound(own)
+        assert bound == CAP and why.startswith("capped") and CAP < 0.5  # a factor-2 error still fails

@@ -80,8 +80,9 @@ def test_the_phase_timer_names_its_phases_in_a_profile():
 
 def test_decode_parts_split_a_real_graph_loop_generation_and_the_bench_reads_them(tmp_path):
     """DecodeParts on the graph loop (eager on a CPU: no capture) with the tiny policy: the parts and `other`
-    add up to the step's generation time, the decode steps are counted, and bench_scaling merges rank 0's
-    lines into the read records and tables them."""
+    add up to the step's generation and compile time with `other` not negative (a new width's warm-up decodes
+    inside compile), a step that makes a decoder is not timed, and bench_scaling merges rank 0's timed lines
+    into the read records and tables them."""
     import json
     from pathlib import Path
     from types import SimpleNamespace
@@ -103,22 +104,29 @@ def test_decode_parts_split_a_real_graph_loop_generation_and_the_bench_reads_the
                     max_prompt_len=64, timer=timer, loop="graph")  # fmt: skip
     trainer = SimpleNamespace(generator=g, run_dir=tmp_path, dist=SimpleNamespace(rank=0), step=0)
     cb, records = DecodeParts(), []
-    for step in (1, 2):
+    # step 1 makes the decoder; step 2 is timed; step 3 a longer prompt: a new width, whose warm-up decodes
+    # (timed as compile) fall in the parts; step 4 a new row count: a decoder made in the step, not timed
+    prompts = {1: ["12 + 7 ="], 2: ["12 + 7 ="], 3: [" + ".join(map(str, range(10))) + " ="], 4: ["5 + 5 ="]}
+    for step, n in ((1, 4), (2, 4), (3, 4), (4, 2)):
         cb.on_step_start(trainer)
         with timer.phase("generation"):
-            g.generate(["12 + 7 =\n"], [0], 4, 1.0)
+            g.generate(prompts[step], [0], n, 1.0)
         trainer.step = step
         rec = {"kind": "train", "step": step, **timer.pop_step()}
         cb.on_step_end(trainer, rec)
         records.append(rec)
     lines = [json.loads(x) for x in (tmp_path / "decode_parts_rank0.jsonl").read_text().splitlines()]
-    assert [(x["step"], x["timed"]) for x in lines] == [(1, False), (2, True)]  # made during step 1
-    two = lines[1]
-    assert 1 <= two["tokens"] <= 12 and two["eager"] > 0 and all(two[k] >= 0 for k in DECODE_PARTS)
-    assert sum(two[k] for k in DECODE_PARTS) + two["other"] == pytest.approx(records[1]["timing/generation"])
-    assert two["other"] >= -1e-3  # the parts lie inside the generation phase
+    assert [(x["step"], x["timed"]) for x in lines] == [(1, False), (2, True), (3, True), (4, False)]
+    for line, rec in zip(lines[1:3], records[1:3]):
+        assert line["tokens"] >= 1 and line["eager"] > 0 and all(line[k] >= 0 for k in DECODE_PARTS)
+        spent = rec["timing/generation"] + rec.get("timing/compile", 0.0)
+        assert sum(line[k] for k in DECODE_PARTS) + line["other"] == pytest.approx(spent)
+    assert records[2].get("timing/compile", 0.0) > 0 and "timing/compile" not in records[1]
+    assert lines[2]["other"] >= -1e-3  # the warm-up's decodes are inside compile's seconds, not beyond them
+    assert lines[3]["other"] == 0.0 and lines[3]["tokens"] == 0
     merge_decode_parts(records, tmp_path / "decode_parts_rank0.jsonl")
-    assert "decode/eager" not in records[0] and records[1]["decode/eager"] == two["eager"]
+    assert "decode/eager" not in records[0] and "decode/eager" not in records[3]
+    assert records[1]["decode/eager"] == lines[1]["eager"]
     md = decode_table([("ddp", 1, records)])
-    assert f"| ddp | 1 | {records[1]['timing/generation']:.3f} |" in md and md.count("| ddp |") == 1
-    assert decode_table([("ddp", 1, records[:1])]) == ""  # nothing timed: no table
+    assert md.count("| ddp | 1 |") == 1 and "generation + compile s" in md
+    assert decode_table([("ddp", 1, [records[0], records[3]])]) == ""  # nothing timed: no table

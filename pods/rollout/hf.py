@@ -17,8 +17,9 @@ Two paths, one sampling distribution:
   (pods/rollout/attention.py), and the host does not wait for the GPU every token (the graph loop reads
   the stop flag every CHECK_EVERY tokens; the generate loop, `deferred_stop_check`). With LoRA the copy
   can be the policy's own base (pods/rollout/gen_copy.py). The graph loop frees its static caches and
-  graphs after each generate call (`rollout.hf.release_cache`), so the update can use that memory; the next
-  call allocates them again and captures after two eager steps. A copy of its own (full fine-tune, or LoRA
+  retires its graphs after each generate call (`rollout.hf.release_cache`), so the update can use that
+  memory; the next call allocates the caches again and captures after two eager steps, into the retired
+  graphs' memory pools. A copy of its own (full fine-tune, or LoRA
   without share_weights) reads q/k/v and gate/up as one GEMM each in the graph loop
   (`rollout.hf.fuse_projections`, pods/rollout/fused.py).
 """
@@ -104,8 +105,8 @@ class HFSettings:
     loop: str = "graph"  # compiled: graph (the whole decode step, sampling included, replayed as one
     # CUDA graph per token: pods/rollout/step_graph.py; one static cache per chunk row count) | generate
     # (transformers' generate loop around a compiled forward)
-    release_cache: bool = True  # graph loop: free the static cache and the captured graphs after each
-    # generate call (the update gets that memory; the next call allocates and captures again)
+    release_cache: bool = True  # graph loop: free the static cache and retire the captured graphs after
+    # each generate call (the update gets the cache's memory; the next call allocates and captures again)
     fuse_projections: bool = True  # graph loop with a generation copy of its own (full fine-tune, or
     # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
 

@@ -74,10 +74,11 @@ class StepDecoder:
     `out` (B, cache_len) at the cache column where they are fed. `capture=True` (CUDA): the decode step is
     compiled and captured as one CUDA graph per sampling setting after two eager steps, then replayed.
 
-    `release()` frees the cache's storage and drops the graphs between rollouts (rollout.hf.release_cache): the
-    update can use that memory, and the next run allocates the cache again and captures anew after two
-    eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
-    guard, so a new address recompiles nothing; the new graph shares the old graph's memory pool).
+    `release()` frees the cache's storage and retires the graphs between rollouts (rollout.hf.release_cache):
+    the update can use the cache's memory, and the next run allocates the cache again and captures anew after
+    two eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
+    guard, so a new address recompiles nothing), into the retired graph's memory pool: the last run's graphs
+    keep their pools (one decode step's intermediates each) until their successors are captured.
     """
 
     def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
@@ -128,13 +129,14 @@ class StepDecoder:
         ]
 
     def release(self) -> None:
-        """Free the cache's storage (the tensors stay, with no memory behind them) and retire the captured
-        graphs: never replayed again, they keep their memory pools (one decode step's intermediates) for the
-        next capture of each sampling setting to share. The next run() gives the cache its memory back and
-        captures again."""
+        """Free the cache's storage (the tensors stay, with no memory behind them) and retire the graphs the
+        last run captured or replayed: never replayed again, they keep their memory pools (one decode step's
+        intermediates) for the next capture of their sampling setting to share; graphs retired earlier go.
+        The next run() gives the cache its memory back and captures again."""
         for t in self._cache_tensors():
             t.untyped_storage().resize_(0)
-        self.retired.update(self.graphs)  # their pools, for the next captures to share
+        if self.graphs:  # the last run's graphs only: a setting not run since lets its pool go
+            self.retired = dict(self.graphs)
         self.graphs.clear()
         self.released = True
 
@@ -190,6 +192,8 @@ class StepDecoder:
         if self.capture_stream is None:
             self.capture_stream = torch.cuda.Stream(self.device)
         torch.cuda.synchronize(self.device)  # as torch.cuda.graph: nothing queued runs into the capture
+        if old is None:  # a new pool needs fresh memory, and a capture cannot free cached blocks for it:
+            torch.cuda.empty_cache()  # free them first, as torch.cuda.graph does (once per decoder and setting)
         main = torch.cuda.current_stream(self.device)
         self.capture_stream.wait_stream(main)
         with torch.cuda.stream(self.capture_stream):

@@ -126,3 +126,21 @@ def test_phase_seconds_split_a_run_and_change_no_token():
     assert parts["steps"] == got.shape[1] == 6
     assert {"reclaim", "prefill", "eager", "replay"} <= set(parts) and "capture" not in parts  # no CUDA
     assert all(v >= 0 for v in parts.values()) and parts["prefill"] > 0 and parts["eager"] > 0
+
+
+def test_release_retires_the_last_runs_graphs_only():
+    """release() keeps the graphs the last run used (their pools, for the next capture of the same sampling
+    setting to share; stand-ins here: a CPU captures nothing) and lets graphs retired earlier go; a run that
+    captured nothing keeps what was retired."""
+    torch.manual_seed(0)
+    m = random_qwen2(vocab=32, layers=1, hidden=16, heads=2, kv_heads=1).eval()
+    dec = StepDecoder(m, rows=1, cache_len=8, eos_ids=[1], pad_id=0, capture=False)
+    train, evaluate = object(), object()
+    dec.graphs = {(1.0, 1.0, 0): train}
+    dec.release()
+    assert dec.graphs == {} and dec.retired == {(1.0, 1.0, 0): train}
+    dec.graphs = {(0.0, 1.0, 0): evaluate}  # the next run sampled otherwise
+    dec.release()
+    assert dec.retired == {(0.0, 1.0, 0): evaluate}  # the train graph's pool is no longer held
+    dec.release()  # nothing captured since
+    assert dec.retired == {(0.0, 1.0, 0): evaluate}
