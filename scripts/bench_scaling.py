@@ -133,7 +133,9 @@ def decode_table(rows: list[tuple[str, int, list[dict]]]) -> str:
     """Generation by the graph loop's part: median seconds over the read steps of rank 0, per point. A new
     shape's warm-up decodes (timed as compile, outside generation) are in the parts, so the first column is
     generation plus compile; medians of the parts need not add up to the median total."""
-    cols = ("reclaim", "prefill", "eager", "capture", "replay", "other")
+    from bench.scaling_rank import DECODE_PARTS
+
+    cols = (*DECODE_PARTS, "other")
     head = (
         "| dist | procs | generation + compile s | "
         + " | ".join(f"{c} s" for c in cols)

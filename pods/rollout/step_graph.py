@@ -95,10 +95,9 @@ class StepDecoder:
         self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
-        self.retired: dict[
-            tuple, torch.cuda.CUDAGraph
-        ] = {}  # released graphs: never replayed, their pools kept
-        self.capture_stream = None
+        # released graphs: never replayed, kept for their memory pools
+        self.retired: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.side = None  # the stream warm-up steps and captures run on (made once: CUDA only)
         # inductor, after merging the identical products of fused q/k/v and gate/up (pods/rollout/fused.py)
         self.forward = (
             torch.compile(self._forward, dynamic=False, backend=merge_linears) if capture else self._forward
@@ -173,11 +172,13 @@ class StepDecoder:
         if not self.capture:
             yield
             return
-        side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
+        if self.side is None:
+            self.side = torch.cuda.Stream(self.device)
+        main = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(main)
+        with torch.cuda.stream(self.side):
             yield
-        main.wait_stream(side)
+        main.wait_stream(self.side)
 
     def _capture(self, sampling) -> torch.cuda.CUDAGraph:
         """Record one decode step as a graph (the state the warm-up left is not touched). After release() the
@@ -189,20 +190,15 @@ class StepDecoder:
         0 once warm at 1 GPU after; capture 0.04-0.07 s -> 0.01-0.03 s; results/scaling/h200x4b/)."""
         graph = torch.cuda.CUDAGraph()
         old = self.retired.pop(sampling, None)  # alive until the end: the pool stays referenced
-        if self.capture_stream is None:
-            self.capture_stream = torch.cuda.Stream(self.device)
         torch.cuda.synchronize(self.device)  # as torch.cuda.graph: nothing queued runs into the capture
         if old is None:  # a new pool needs fresh memory, and a capture cannot free cached blocks for it:
             torch.cuda.empty_cache()  # free them first, as torch.cuda.graph does (once per decoder and setting)
-        main = torch.cuda.current_stream(self.device)
-        self.capture_stream.wait_stream(main)
-        with torch.cuda.stream(self.capture_stream):
+        with self._side_stream():
             graph.capture_begin(pool=old.pool() if old is not None else None)
             try:
                 self._step(sampling)
             finally:
                 graph.capture_end()
-        main.wait_stream(self.capture_stream)
         return graph
 
     @torch.no_grad()
