@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from pods.reward.numbers import Number, numbers_equal, parse_number
 __all__ = ["Grader", "Pool", "extract_answer", "parse_number"]
 
 START_TIMEOUT_S = 120.0
+START_RETRIES = 3  # deaths per worker before the pool gives up starting
 WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
@@ -177,14 +179,26 @@ class Pool:
         self._procs: list[subprocess.Popen] = []  # every process started, for the finaliser
         self._finalizer = weakref.finalize(self, _kill_all, self._procs, os.getpid())
         self._workers = [self._spawn() for _ in range(size)]
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline, exits = time.monotonic() + START_TIMEOUT_S, []
+        # A worker that dies before it is ready (a stray signal, a crash while it imports) is started again,
+        # up to START_RETRIES deaths per worker; the first ready worker lets the run go on.
         while not any(w.ready for w in self._workers) and time.monotonic() < deadline:
-            if all(w.dead for w in self._workers) or not self._pump(deadline, starting_only=True):
+            for w in [w for w in self._workers if w.dead]:
+                exits.append(w.proc.wait())
+                if len(exits) < START_RETRIES * size:
+                    self._replace(w)
+            if len(exits) >= START_RETRIES * size:
                 break
+            self._pump(deadline)
         if not any(w.ready for w in self._workers):
             self.close()
+            why = (
+                f"its processes exited {len(exits)} times before they were ready (last: {_exit_status(exits[-1])})"
+                if exits
+                else f"none was ready within {START_TIMEOUT_S:.0f} s"
+            )
             raise RuntimeError(
-                f"the math-verify worker did not start within {START_TIMEOUT_S:.0f} s; "
+                f"the math-verify worker did not start: {why}; "
                 f"check that `{sys.executable} -c 'import math_verify'` works"
             )
 
@@ -197,7 +211,7 @@ class Pool:
         w.kill()
         self._workers[self._workers.index(w)] = self._spawn()
 
-    def _pump(self, deadline: float, starting_only: bool = False) -> bool:
+    def _pump(self, deadline: float) -> bool:
         """Wait until a worker has output or `deadline`; read it. False if nothing came."""
         live = [w for w in self._workers if not w.dead and (w.busy or not w.ready)]
         left = deadline - time.monotonic()
@@ -286,6 +300,14 @@ class Pool:
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _exit_status(code: int | None) -> str:
+    """'exit status 1', or 'killed by SIGUSR2' for a negative Popen return code."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
 
 
 def _kill_all(procs: list[subprocess.Popen], owner: int | None = None) -> None:

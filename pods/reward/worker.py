@@ -62,6 +62,18 @@ def _answer(job: dict) -> str:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+# Signals meant for the trainer reach every process of its job: Slurm's time-limit SIGUSR2 and a preemption's
+# SIGTERM go to the whole job step, Ctrl-C's SIGINT to the terminal's process group. Left at their default
+# they would kill a worker mid-job, and the answer it was grading would count as an error. The parent ends
+# its workers itself (SIGKILL, stdin EOF, PR_SET_PDEATHSIG), so they ignore these.
+IGNORED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+def _ignore_job_signals() -> None:
+    for name in IGNORED_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def _die_with_parent() -> None:
     """Linux: SIGKILL this worker when its parent dies, even while it sits in C code (stdin EOF ends it
     otherwise, but only between jobs)."""
@@ -75,6 +87,7 @@ def _die_with_parent() -> None:
 
 def serve() -> None:
     """Worker main loop: one JSON job per line on stdin, one JSON verdict per line on stdout."""
+    _ignore_job_signals()  # first: a signal while math_verify imports would kill the worker before it is ready
     import logging
     import resource
 

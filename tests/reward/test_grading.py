@@ -1,5 +1,7 @@
 """Extraction, number matching, math-verify fallback, exploits and the worker's deadlines."""
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -236,8 +238,46 @@ def _wait_for_spare(grader: Grader) -> None:
 
 def test_worker_that_cannot_start_raises_a_clear_error(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="did not start"):
+    with pytest.raises(
+        RuntimeError, match="did not start: its processes exited 6 times .*last: exit status 1"
+    ):
         Pool(2)
+
+
+def test_a_worker_that_dies_while_it_starts_is_started_again(monkeypatch, tmp_path):
+    """The first process dies before it is ready (as one hit by a stray signal would); its replacement serves."""
+    mark, real = tmp_path / "failed_once", sys.executable
+    fake = tmp_path / "python"
+    fake.write_text(
+        f'#!/bin/sh\nif [ ! -e {mark} ]; then touch {mark}; kill -USR2 $$; fi\nexec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    pool = Pool(1)
+    try:
+        assert mark.exists()  # the first start did die
+        assert pool.verify_many([("1+x^2", "x^2+1")], 5.0, 0.8, None) == ["true"]
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_for_the_trainer_does_not_cost_a_grade(grader, monkeypatch, sig):
+    """Slurm signals every process of a job (SIGUSR2 before its time limit, SIGTERM on preemption): a worker
+    grading an answer then must finish it, not die and turn it into an error."""
+    _wait_for_spare(grader)
+    monkeypatch.setattr(grader, "timeout_s", 0.6)
+    monkeypatch.setattr(grader, "soft_fraction", None)  # BOMB runs until the parent's deadline
+    workers = list(grader._pool._workers)
+    pids = [w.proc.pid for w in workers]
+    for w in workers:  # idle
+        os.kill(w.proc.pid, sig)
+    errors, timeouts = grader.n_errors, grader.n_timeouts
+    threading.Timer(0.2, lambda: [os.kill(p, sig) for p in pids]).start()  # mid-job
+    assert grader.score(BOMB, "5") == 0.0
+    assert (grader.n_errors, grader.n_timeouts) == (errors, timeouts + 1)  # a timeout, as without the signal
+    _wait_for_spare(grader)
+    assert grader.score("<answer>1+x^2</answer>", "x^2+1") == 1.0
 
 
 def test_batch_grades_each_distinct_pair_once(grader, monkeypatch):

@@ -107,7 +107,7 @@ RUN = [
     "eval.every_steps=50",
     "seed=0",
 ]
-# in the Slurm job only: 0.25 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
+# in the Slurm job only: 0.5 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
 SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
 
 
@@ -119,24 +119,42 @@ def uninterrupted(tmp_path_factory):
     return d
 
 
+def _job_id(sweep: Path) -> str:
+    return next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
+
+
 def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
-    """`scontrol requeue` mid-run (SIGTERM: save, Slurm requeues), then a 1-minute time limit whose SIGUSR2
-    (50 s before it) makes the job save and requeue itself, as often as it comes, until the run ends."""
+    """The two ways Slurm stops a job that comes back, in whichever order they come: `scontrol requeue` while
+    it trains (SIGTERM: save, Slurm requeues) and a 1-minute time limit whose SIGUSR2 (30 s before it) makes
+    the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends."""
     sweep = tmp_path / "sweep"
-    limit = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=50"]
+    limit = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30"]
     cmd = [sys.executable, "-m", "pods.train", "-m", *limit, *RUN, *SLOW, f"hydra.sweep.dir={sweep}"]
     log = (tmp_path / "submit.log").open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     run_dir = sweep / "max_variance-n4-m4-s0"
     try:
-        deadline, seen = time.monotonic() + 180, []
-        # requeue while the job trains (pods's handler is installed): 5 records, and one more since the last look
-        while time.monotonic() < deadline and not (len(seen) >= 2 and seen[-1] > seen[-2] >= 5):
-            assert proc.poll() is None, (tmp_path / "submit.log").read_text()[-3000:]
+        deadline, seen, requeued_start = time.monotonic() + 420, [], None
+        while proc.poll() is None:
+            logs = _job_logs(sweep)
+            if "SIGTERM at step" in logs and "SIGUSR2 at step" in logs:
+                break
+            assert time.monotonic() < deadline, f"records seen: {seen[-8:]}\n" + logs[-3000:]
             time.sleep(0.5)
             seen.append(len(_train(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0)
-        job = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
-        subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
+            start = logs.count("Starting with JobEnvironment")
+            # requeue while the job trains (pods's handler is installed: 5 records, one more since the last
+            # look), once per start of the job; it fails while the job is between runs, and is tried again
+            trains = len(seen) >= 2 and seen[-1] > seen[-2] >= 5
+            if "SIGTERM at step" not in logs and start != requeued_start and trains:
+                requeue = subprocess.run(["scontrol", "requeue", _job_id(sweep)], capture_output=True)
+                requeued_start = start if requeue.returncode == 0 else requeued_start
+        # both seen: lift the time limit (the job runs, or waits to run again) and let the run end
+        for _ in range(20):
+            lift = ["scontrol", "update", f"JobId={_job_id(sweep)}", "TimeLimit=10"]
+            if proc.poll() is not None or subprocess.run(lift, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
         assert proc.wait(timeout=420) == 0, (tmp_path / "submit.log").read_text()[-3000:]
     finally:  # never leave the submitter waiting, or the job queued
         proc.kill()
