@@ -41,6 +41,28 @@ def requeued() -> bool:
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
 
 
+def this_job() -> str:
+    """This job's id for scontrol/squeue: `<array job>_<task>` in an array, else the job id."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ["SLURM_JOB_ID"]
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{job}_{task}" if task else job
+
+
+# states in which Slurm is bringing a job back by itself (a requeue under way, or done)
+REQUEUEING = {"COMPLETING", "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "CONFIGURING"}
+
+
+def job_state(job: str) -> str:
+    """The job's state as squeue says it (RUNNING, COMPLETING, PENDING, ...), or "" if squeue cannot say."""
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else ""
+
+
 def num_tasks() -> int:
     return int(os.environ.get("SLURM_NTASKS", "1") or 1) if in_job() else 1
 
@@ -93,7 +115,9 @@ class RequeueOnSignal(Callback):
         self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}  # submitit's, under submitit
 
     def _note(self, signum, frame) -> None:
-        self.caught = signum
+        # SIGTERM (15) outranks SIGUSR2 (12), here and across ranks: Slurm is requeueing or ending the job
+        # itself, and a requeue of our own would then be refused
+        self.caught = max(self.caught, signum)
 
     def on_step_start(self, trainer) -> None:
         # all ranks stop at the same step (the save is a collective under FSDP): the highest signal number wins
@@ -105,14 +129,37 @@ class RequeueOnSignal(Callback):
         then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         name = signal.Signals(signum).name
         log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
-        previous = self.previous.get(signum)
-        if signum == signal.SIGUSR2 and callable(previous):
-            previous(signum, None)  # submitit: `scontrol requeue` this job (rank 0), then exit
-        elif signum == signal.SIGUSR2 and trainer.dist.is_main:  # a plain sbatch script: requeue ourselves
-            job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ["SLURM_JOB_ID"])
-            task = os.environ.get("SLURM_ARRAY_TASK_ID")
-            subprocess.run(["scontrol", "requeue", f"{job}_{task}" if task else job], check=False)
+        if signum == signal.SIGUSR2:
+            self._requeue(self.previous.get(signum), trainer)
         sys.exit(128 + signum)  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends the job
+
+    def _requeue(self, previous, trainer) -> None:
+        """Requeue this job: submitit's handler under submitit (it updates its pickle, runs `scontrol requeue`
+        on rank 0 and exits), else `scontrol requeue` from rank 0 (a plain sbatch script). A refused requeue
+        is not an error of the run: Slurm may be requeueing the job already (a preemption or `scontrol
+        requeue` at the same moment); the log says which."""
+        try:
+            if callable(previous):
+                previous(signal.SIGUSR2, None)
+            elif trainer.dist.is_main:
+                cmd = ["scontrol", "requeue", this_job()]
+                subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
+            why = (getattr(err, "stderr", None) or str(err)).strip()[:200]
+            state = job_state(this_job())
+            if state in REQUEUEING:
+                log.warning(
+                    "`scontrol requeue` was refused (%s): Slurm is requeueing this job already (%s)",
+                    why,
+                    state,
+                )
+            else:
+                log.error(
+                    "`scontrol requeue` failed (%s; job state %s): this job will not come back by itself; "
+                    "resume its runs with resume=true",
+                    why,
+                    state or "unknown",
+                )
 
 
 def callbacks() -> list:

@@ -4,6 +4,8 @@ a requeued job resumes, several tasks get their ranks, several copies of a one-p
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 
 import pytest
 
@@ -75,3 +77,72 @@ def test_sweep_dirs_have_no_time_under_slurm():
     slurm_launcher = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert sweep_stamp(slurm_launcher) == ""
     assert sweep_stamp("BasicLauncher").endswith("_")  # Hydra's own launcher
+
+
+# --- signals: RequeueOnSignal at a step boundary ---------------------------------------------------------
+
+
+class _Dist:
+    is_main = True
+
+    @staticmethod
+    def max(x):
+        return x
+
+
+class _Trainer:
+    dist, step, run_dir, changes, saved_changes = _Dist(), 7, "runs/x", 1, 0
+
+    def save(self):
+        self.saved_changes = self.changes
+
+
+@pytest.fixture
+def handler(job):
+    cb = slurm.RequeueOnSignal()
+    installed_before = dict(cb.previous)  # the tests replace cb.previous's entries
+    yield cb
+    for s, previous in installed_before.items():
+        signal.signal(s, previous)
+
+
+def test_sigterm_outranks_sigusr2_in_either_order(handler):
+    """Slurm requeueing the job itself (SIGTERM) and a time-limit signal at the same step: pods does not try a
+    requeue of its own, which Slurm would refuse."""
+    called = []
+    handler.previous[signal.SIGUSR2] = lambda *a: called.append(a)
+    for order in [(signal.SIGUSR2, signal.SIGTERM), (signal.SIGTERM, signal.SIGUSR2)]:
+        handler.caught = 0
+        for s in order:
+            handler._note(s, None)
+        with pytest.raises(SystemExit) as e:
+            handler.on_step_start(_Trainer())
+        assert e.value.code == 128 + signal.SIGTERM and called == []
+
+
+@pytest.mark.parametrize("state, level, says", [
+    ("COMPLETING", "WARNING", "Slurm is requeueing this job already (COMPLETING)"),
+    ("RUNNING", "ERROR", "job state RUNNING): this job will not come back by itself; resume its runs with resume=true"),
+])  # fmt: skip
+def test_a_refused_requeue_ends_the_run_with_its_checkpoint_and_says_why(
+    handler, job, caplog, state, level, says
+):
+    def submitit_handler(signum, frame):  # what submitit's does when `scontrol requeue` is refused
+        raise subprocess.CalledProcessError(1, ["scontrol", "requeue", "41"])
+
+    handler.previous[signal.SIGUSR2] = submitit_handler
+    job.setattr(slurm, "job_state", lambda j: state if j == "41" else "")
+    handler._note(signal.SIGUSR2, None)
+    trainer = _Trainer()
+    with pytest.raises(SystemExit) as e:
+        handler.on_step_start(trainer)
+    assert e.value.code == 128 + signal.SIGUSR2 and trainer.saved_changes == trainer.changes
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "scontrol requeue" in r.getMessage()]
+    assert len(lines) == 1 and lines[0][0] == level and says in lines[0][1], lines
+
+
+def test_this_job_names_an_array_task(job):
+    assert slurm.this_job() == "41"
+    job.setenv("SLURM_ARRAY_JOB_ID", "40")
+    job.setenv("SLURM_ARRAY_TASK_ID", "3")
+    assert slurm.this_job() == "40_3"

@@ -173,3 +173,51 @@ def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
         assert all(x.get(k) == y.get(k) for k in ("reward/mean", "update/loss", "eval/accuracy")), x["step"]
     wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (uninterrupted, run_dir))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # bitwise
+
+
+# A job whose time-limit signal comes while Slurm is requeueing it already (a preemption, `scontrol requeue`):
+# pods's own requeue is refused, and the job must end with its checkpoint and say why, not with a traceback.
+RACE = """
+import logging, os, signal, subprocess, sys
+if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0):
+    sys.exit(0)  # the requeued run: nothing to do
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+from pods import slurm
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the requeue's SIGTERM waits: SIGUSR2 is first
+subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=True)
+cb = slurm.RequeueOnSignal()
+os.kill(os.getpid(), signal.SIGUSR2)
+
+class Dist:
+    is_main = True
+    max = staticmethod(lambda x: x)
+
+class Trainer:
+    dist, step, run_dir, changes, saved_changes = Dist(), 3, "run", 0, 0
+
+cb.on_step_start(Trainer())
+"""
+
+
+def test_a_time_limit_signal_during_a_requeue_ends_the_job_in_one_line(tmp_path):
+    script, out = tmp_path / "race.py", tmp_path / "race.out"
+    script.write_text(RACE)
+    sbatch = ["sbatch", "--parsable", "--requeue", "-p", "debug", "-c", "1", "--mem=1G", f"--chdir={ROOT}",
+              f"--output={out}", f"--wrap={sys.executable} {script}"]  # fmt: skip
+    job = subprocess.run(sbatch, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "scontrol requeue" not in (
+            out.read_text() if out.exists() else ""
+        ):
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job], check=False, capture_output=True)
+    text = out.read_text() if out.exists() else ""
+    lines = [x for x in text.splitlines() if "scontrol requeue" in x]
+    assert len(lines) == 1 and lines[0].startswith("WARNING `scontrol requeue` was refused"), text[-3000:]
+    assert re.search(r"Slurm is requeueing this job already \((COMPLETING|PENDING|REQUEUED)\)", lines[0]), (
+        text
+    )
+    assert "Traceback" not in text, text[-3000:]
