@@ -130,14 +130,15 @@ class RequeueOnSignal(Callback):
         name = signal.Signals(signum).name
         log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
         if signum == signal.SIGUSR2:
-            self._requeue(self.previous.get(signum), trainer)
+            self._requeue(trainer)
         sys.exit(128 + signum)  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends the job
 
-    def _requeue(self, previous, trainer) -> None:
+    def _requeue(self, trainer) -> None:
         """Requeue this job: submitit's handler under submitit (it updates its pickle, runs `scontrol requeue`
         on rank 0 and exits), else `scontrol requeue` from rank 0 (a plain sbatch script). A refused requeue
         is not an error of the run: Slurm may be requeueing the job already (a preemption or `scontrol
         requeue` at the same moment); the log says which."""
+        previous = self.previous.get(signal.SIGUSR2)
         try:
             if callable(previous):
                 previous(signal.SIGUSR2, None)

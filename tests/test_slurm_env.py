@@ -82,7 +82,7 @@ def test_sweep_dirs_have_no_time_under_slurm():
 # --- signals: RequeueOnSignal at a step boundary ---------------------------------------------------------
 
 
-class _Dist:
+class FakeDist:  # what RequeueOnSignal reads of a Trainer (also used by tests/slurm's job script)
     is_main = True
 
     @staticmethod
@@ -90,8 +90,8 @@ class _Dist:
         return x
 
 
-class _Trainer:
-    dist, step, run_dir, changes, saved_changes = _Dist(), 7, "runs/x", 1, 0
+class FakeTrainer:
+    dist, step, run_dir, changes, saved_changes = FakeDist(), 7, "runs/x", 1, 0
 
     def save(self):
         self.saved_changes = self.changes
@@ -116,7 +116,7 @@ def test_sigterm_outranks_sigusr2_in_either_order(handler):
         for s in order:
             handler._note(s, None)
         with pytest.raises(SystemExit) as e:
-            handler.on_step_start(_Trainer())
+            handler.on_step_start(FakeTrainer())
         assert e.value.code == 128 + signal.SIGTERM and called == []
 
 
@@ -133,7 +133,7 @@ def test_a_refused_requeue_ends_the_run_with_its_checkpoint_and_says_why(
     handler.previous[signal.SIGUSR2] = submitit_handler
     job.setattr(slurm, "job_state", lambda j: state if j == "41" else "")
     handler._note(signal.SIGUSR2, None)
-    trainer = _Trainer()
+    trainer = FakeTrainer()
     with pytest.raises(SystemExit) as e:
         handler.on_step_start(trainer)
     assert e.value.code == 128 + signal.SIGUSR2 and trainer.saved_changes == trainer.changes

@@ -185,17 +185,11 @@ logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s
 from pods import slurm
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the requeue's SIGTERM waits: SIGUSR2 is first
 subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=True)
+sys.path.insert(0, os.getcwd())  # sbatch --chdir: the repository's root
+from tests.test_slurm_env import FakeTrainer
 cb = slurm.RequeueOnSignal()
 os.kill(os.getpid(), signal.SIGUSR2)
-
-class Dist:
-    is_main = True
-    max = staticmethod(lambda x: x)
-
-class Trainer:
-    dist, step, run_dir, changes, saved_changes = Dist(), 3, "run", 0, 0
-
-cb.on_step_start(Trainer())
+cb.on_step_start(FakeTrainer())
 """
 
 
@@ -203,7 +197,7 @@ def test_a_time_limit_signal_during_a_requeue_ends_the_job_in_one_line(tmp_path)
     script, out = tmp_path / "race.py", tmp_path / "race.out"
     script.write_text(RACE)
     sbatch = ["sbatch", "--parsable", "--requeue", "-p", "debug", "-c", "1", "--mem=1G", f"--chdir={ROOT}",
-              f"--output={out}", f"--wrap={sys.executable} {script}"]  # fmt: skip
+              f"--output={out}", "--open-mode=append", f"--wrap={sys.executable} {script}"]  # fmt: skip
     job = subprocess.run(sbatch, capture_output=True, text=True, check=True).stdout.strip()
     try:
         deadline = time.monotonic() + 120
