@@ -411,7 +411,10 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     weight_decay: float = II("model.recipe.weight_decay")
     grad_clip: float = II("model.recipe.grad_clip")  # max grad norm (0 = off)
-    warmup_ratio: float = 0.0
+    warmup_ratio: float = 0.0  # share of max_steps (x algo.mu) warmed up linearly from 0
+    # Optimizer steps of linear warm-up, instead of warmup_ratio: a run bounded by max_train_time has no
+    # meaningful max_steps to take a share of.
+    warmup_steps: int = 0
     schedule: str = "constant"  # constant | cosine
 
     def check(self) -> None:
@@ -422,6 +425,9 @@ class OptimConfig:
         if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
             raise ConfigError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
         interval("optim.warmup_ratio", self.warmup_ratio, 0, 1, "[)")
+        at_least("optim.warmup_steps", self.warmup_steps, 0)
+        if self.warmup_steps and self.warmup_ratio:
+            raise ConfigError("set optim.warmup_steps or optim.warmup_ratio, not both")
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,11 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["optim.lr=nan"], "optim.lr=nan must be a finite number"),
         (["optim.lr=0"], "optim.lr=0.0 must be > 0"),
         (["optim.warmup_ratio=1"], "optim.warmup_ratio=1.0 must be in [0, 1)"),
+        (["optim.warmup_steps=-1"], "optim.warmup_steps=-1 must be >= 0"),
+        (
+            ["optim.warmup_steps=10", "optim.warmup_ratio=0.1"],
+            "optim.warmup_steps or optim.warmup_ratio, not both",
+        ),
         (["optim.betas=[0.9,1.0]"], "optim.betas=[0.9, 1.0] must be two numbers in [0, 1)"),
         (["max_steps=0"], "max_steps=0 must be >= 1"),
         (["max_train_time=-1"], "max_train_time=-1.0 must be >= 0"),
