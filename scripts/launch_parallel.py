@@ -10,7 +10,8 @@ under --out, named like the Hydra sweep subdir, so `python -m pods.compare <out>
 `--case` adds alternatives that are not a product of single keys (e.g. GRPO 16/16 next to PODS at several
 n): each --case is one space-separated set of overrides, and the cases form one more axis of the product,
 after the --sweep axes. Runs fill the slots GPU by GPU in the order of the product (the first --per-gpu runs
-go to GPU 0), so putting `seed` first gives each GPU the same mix of runs.
+go to GPU 0), so putting `seed` first gives each GPU the same mix of runs. With CUDA_VISIBLE_DEVICES set
+(e.g. `1,2,3` while GPU 0 does other work), GPU k of --gpus is the k-th device listed there.
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def expand(sweeps: list[str], cases: list[str] | None = None) -> list[list[str]]
     return [[o for part in combo for o in part] for combo in itertools.product(*axes)]
 
 
+def devices(gpus: int, visible: str | None) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES value of each of the `gpus` slots' devices: the first `gpus` of `visible`
+    (the caller's own CUDA_VISIBLE_DEVICES) when set, else 0..gpus-1."""
+    listed = (
+        [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(g) for g in range(gpus)]
+    )
+    if gpus > len(listed):
+        raise SystemExit(f"--gpus {gpus} but CUDA_VISIBLE_DEVICES={visible} lists {len(listed)} device(s)")
+    return listed[:gpus]
+
+
 def run_name(overrides: list[str]) -> str:
     return "_".join(o.lstrip("+").replace("=", "-").replace("/", "-") for o in overrides)
 
@@ -52,6 +64,7 @@ def main() -> None:
     jobs = expand(args.sweep, args.case)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    device = devices(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     slots = [(g, k) for g in range(args.gpus) for k in range(args.per_gpu)]
     running: dict[tuple[int, int], tuple[subprocess.Popen, str]] = {}
     failed = []
@@ -61,11 +74,11 @@ def main() -> None:
             if slot not in running and jobs:
                 over = jobs.pop(0)
                 name = run_name(over)
-                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot[0])}
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": device[slot[0]]}
                 cmd = [sys.executable, "-m", "pods.train", *args.common, *over, f"hydra.run.dir={out / name}"]
                 log = open(out / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the child
                 running[slot] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), name)
-                print(f"[{time.time() - t0:6.0f}s] start {name} on gpu {slot[0]}", flush=True)
+                print(f"[{time.time() - t0:6.0f}s] start {name} on gpu {device[slot[0]]}", flush=True)
         time.sleep(1)
         for slot, (proc, name) in list(running.items()):
             if proc.poll() is not None:
