@@ -1,0 +1,79 @@
+"""scripts/device/headline_v4.sh under SMOKE=1 on the CPU: the whole pilot (both settings, the step-cost runs
+alone, the per-seed checks) and a confirmatory call, plus its one-line refusals of bad input before any run."""
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHA = re.search(r"^POLICY_SHA256=(\w+)$", (ROOT / "results/headline_v3/frozen.env").read_text(), re.M).group(
+    1
+)
+
+
+def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "SMOKE": "1",
+        "OUT": str(tmp_path / "out"),
+        "HV4_WORK": str(tmp_path / "work"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", "scripts/device/headline_v4.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (["nonsense"], {}, "unknown phase nonsense"),
+        (["confirm"], {}, "give --seeds A-B"),
+        (["confirm", "--seeds", "7"], {}, "--seeds takes A-B"),
+        (["confirm", "--seeds", "1-2"], {"FROZEN": "/nonexistent.env"}, "no frozen setting"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line(tmp_path, args, env, message):
+    r = run(tmp_path, *args, **env)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr
+    assert not (tmp_path / "work" / "alone").exists()  # refused before any run
+
+
+def test_a_frozen_setting_naming_another_policy_is_refused(tmp_path):
+    frozen = tmp_path / "frozen.env"
+    frozen.write_text(f"LR=1e-5\nWARMUP_STEPS=0\nPOLICY_SHA256={'0' * 64}\n")
+    r = run(tmp_path, "confirm", "--seeds", "1-2", FROZEN=str(frozen))
+    assert r.returncode == 1
+    assert f"!= frozen {'0' * 64}" in r.stdout
+
+
+@pytest.mark.slow
+def test_smoke_pilot_then_confirm(tmp_path):
+    r = run(tmp_path, "pilot")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = tmp_path / "out"
+    checks = (out / "checks.md").read_text()
+    for setting in ("s1-lr1e-5-w0", "s2-lr2e-5-w100"):
+        assert f"| {setting} | " in checks
+    assert "PODS/GRPO step cost alone" in checks and "Chosen (" in checks
+    with tarfile.open(out / "pilot.tgz") as t:
+        names = t.getnames()
+    assert sum(n.endswith("metrics.jsonl") for n in names) == 6  # 2 settings x (2 GRPO + 1 PODS)
+    assert (out / "alone.tgz").is_file()
+
+    frozen = tmp_path / "frozen.env"
+    frozen.write_text(f"LR=2e-5\nWARMUP_STEPS=100\nPOLICY_SHA256={SHA}\n")
+    r = run(tmp_path, "confirm", "--seeds", "1-2", FROZEN=str(frozen), OUT=str(tmp_path / "out2"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    table = (tmp_path / "out2" / "table.md").read_text()
+    assert "Time to threshold" in table and "| confirm | " in table
+    with tarfile.open(tmp_path / "out2" / "confirm.tgz") as t:
+        configs = [t.extractfile(n).read().decode() for n in t.getnames() if n.endswith("config.yaml")]
+    assert len(configs) == 4 and all("warmup_steps: 100" in c and "lr: 2.0e-05" in c for c in configs)
