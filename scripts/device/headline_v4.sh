@@ -21,6 +21,11 @@ while [ $# -gt 0 ]; do
 done
 case $PHASE in pilot|confirm|arms|grid) ;; *) echo "unknown phase $PHASE (pilot, confirm, arms or grid)"; exit 2 ;; esac
 [[ -z "$SEEDS" || "$SEEDS" =~ ^[0-9]+-[0-9]+$ ]] || { echo "--seeds takes A-B, e.g. 4101-4108; got $SEEDS"; exit 2; }
+if [ "$PHASE" != pilot ]; then  # refused here, before the wheels' install or any run
+  [ -n "$SEEDS" ] || { echo "give --seeds A-B"; exit 2; }
+  [ -f "${FROZEN:-results/headline_v4/frozen.env}" ] || {
+    echo "no frozen setting: commit ${FROZEN:-results/headline_v4/frozen.env} after the pilot first"; exit 1; }
+fi
 seq_list() { local a=${1%-*} b=${1#*-}; seq -s, "$a" "$b"; }  # 4101-4104 -> 4101,4102,4103,4104
 OUTDIR=${OUT:-/tmp/headline_v4_out}; mkdir -p "$OUTDIR"
 WORK=${HV4_WORK:-/tmp/hv4}; rm -rf "$WORK"; mkdir -p "$WORK"  # scratch, emptied first
@@ -51,8 +56,6 @@ echo "devices: ${IDS[*]} ($NGPU); phase $PHASE; window ${WINDOW}s"
 if [ "$PHASE" = pilot ]; then
   LR=1e-5; WARMUP_STEPS=0  # the alone timing's setting (lr does not change a step's cost)
 else
-  [ -n "$SEEDS" ] || { echo "give --seeds A-B"; exit 2; }
-  [ -f "$FROZEN" ] || { echo "no frozen setting: commit $FROZEN after the pilot first"; exit 1; }
   LR=""; WARMUP_STEPS=""; POLICY_SHA256=""
   source "$FROZEN"
   [ -n "$LR" ] && [ -n "$WARMUP_STEPS" ] && [ -n "$POLICY_SHA256" ] || {
@@ -81,11 +84,10 @@ pack() {  # pack <name> <dir>: the runs' records, configs and logs
   (cd "$(dirname "$2")" && tar czf "$OUTDIR/$1.tgz" --exclude='*.pt' --exclude='*.safetensors' "$(basename "$2")")
 }
 time_alone() {  # GRPO and PODS of the call's setting, each alone on a GPU (side by side on two GPUs)
-  timeout "$(left 450)" python3 scripts/launch_parallel.py --gpus "$(( NGPU < 2 ? NGPU : 2 ))" --per-gpu 1 \
+  timeout "$(left 440)" python3 scripts/launch_parallel.py --gpus "$(( NGPU < 2 ? NGPU : 2 ))" --per-gpu 1 \
     --out "$WORK/alone" --case "arm=$GRPO" --case "arm=$PODS" -- $ALONE 2>&1 | tee -a "$OUTDIR/launch.log"
   pack alone "$WORK/alone"
 }
-per_gpu() { echo $(( ($1 + NGPU - 1) / NGPU )); }  # runs per GPU for $1 runs, GPU by GPU
 
 # confirm/arms/grid: the call's runs, placed seed first so that GPU k holds its seeds' runs of every arm; the
 # runs per GPU are fixed by PLAN.md (confirm 4, arms 5, grid 8), so the seeds per call follow from the GPUs.
