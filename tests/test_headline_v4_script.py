@@ -75,5 +75,6 @@ def test_smoke_pilot_then_confirm(tmp_path):
     table = (tmp_path / "out2" / "table.md").read_text()
     assert "Time to threshold" in table and "| confirm | " in table
     with tarfile.open(tmp_path / "out2" / "confirm.tgz") as t:
-        configs = [t.extractfile(n).read().decode() for n in t.getnames() if n.endswith("config.yaml")]
+        runs = [n for n in t.getnames() if n.endswith("config.yaml") and n.count("/") == 2]  # confirm/<run>/
+        configs = [t.extractfile(n).read().decode() for n in runs]
     assert len(configs) == 4 and all("warmup_steps: 100" in c and "lr: 2.0e-05" in c for c in configs)
