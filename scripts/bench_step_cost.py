@@ -70,7 +70,15 @@ PHASES = [
     "metrics",
 ]
 GEN_PARTS = ["tokenize", "prefill", "decode", "tail", "warm-up", "sampling", "detokenize", "gen. other"]
-ROWS = ["step", *PHASES[:2], *[f"  {p}" for p in GEN_PARTS], *PHASES[2:], "  logprobs", "unattributed"]
+ROWS = [
+    "step",
+    *PHASES[:2],
+    *[f"  {p}" for p in GEN_PARTS],
+    *PHASES[2:],
+    "  logprobs",
+    "unattributed",
+    "cpu step",
+]
 
 
 class Probe:
@@ -227,38 +235,46 @@ class StepRecorder(Callback):
     """A Trainer callback: each step's timer record plus the probe's parts."""
 
     def __init__(self, probe: Probe):
-        self.probe, self.steps = probe, []
+        self.probe, self.steps, self.cpu0 = probe, [], 0.0
+
+    def on_step_start(self, trainer) -> None:
+        self.cpu0 = time.process_time()
 
     def on_step_end(self, trainer, record: dict) -> None:
         parts, chunks = self.probe.take()
         row = {p: record.get(f"timing/{p}", 0.0) for p in PHASES}
         row["step"] = record.get("timing/step", 0.0)
         row["unattributed"] = record.get("timing/unattributed", 0.0)
+        row["cpu step"] = time.process_time() - self.cpu0  # this process's CPU seconds (steadier under load)
         row.update(gen_parts(record, parts, chunks))
         row["rows"] = sum(c["rows"] for c in chunks)
         row["update rows"] = record.get("update/rows", 0.0)
         self.steps.append(row)
 
 
-def headline_cfg(args, run_dir: Path, selector: str, n: int, m: int):
+def headline_cfg(args, run_dir: Path, selector: str, n: int, m: int, own: list[str]):
     overrides = f"""run_dir={run_dir} model=headline dataset={args.dataset} logger=none
         hardware={"gpu" if args.device == "cuda" else "cpu"} rollout.batch_size={args.rollout_batch}
         sampling.temperature=0.9 algo.prompts_per_step={args.prompts_per_step} selector={selector}
         selector.n={n} selector.m={m} max_steps={args.steps} seed={args.seed} eval.at_start=false
         eval.at_end=false eval.every_steps=0 eval.every_seconds=0 checkpoint.every_steps=0
         checkpoint.every_seconds=0 checkpoint.save_final=false""".split()
-    overrides += list(args.set or [])
+    overrides += list(args.set or []) + own
     cfg = compose_train(overrides)
     validate(cfg)
     return cfg
 
 
-def run_setting(args, name: str, selector: str, n: int, m: int, tmp: Path, model_dir, data) -> dict:
+def run_setting(
+    args, name: str, selector: str, n: int, m: int, own: list[str], tmp: Path, model_dir, data
+) -> dict:
     run_dir = tmp / f"{name}-{time.monotonic_ns()}"
     if args.random_shape:
+        saved, args.set = args.set, list(args.set or []) + own
         cfg = pods_cfg(args, model_dir, data, run_dir, selector, n, m)
+        args.set = saved
     else:
-        cfg = headline_cfg(args, run_dir, selector, n, m)
+        cfg = headline_cfg(args, run_dir, selector, n, m, own)
     trainer = Trainer(cfg, run_dir)
     trainer.reward_fn.grader.wait_ready(120) if hasattr(trainer.reward_fn, "grader") else None
     probe = Probe(trainer.generator, args.device)
@@ -271,7 +287,15 @@ def run_setting(args, name: str, selector: str, n: int, m: int, tmp: Path, model
     steps = rec.steps[args.skip :] or rec.steps
     keys = [k for k in steps[0] if isinstance(steps[0][k], (int, float))]
     mean = {k: statistics.fmean(s[k] for s in steps) for k in keys}
-    return {"name": name, "selector": selector, "n": n, "m": m, "mean": mean, "steps": rec.steps}
+    return {
+        "name": name,
+        "selector": selector,
+        "n": n,
+        "m": m,
+        "overrides": own,
+        "mean": mean,
+        "steps": rec.steps,
+    }
 
 
 def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) -> dict:
@@ -322,15 +346,17 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_settings(args) -> list[tuple[str, str, int, int]]:
+def parse_settings(args) -> list[tuple[str, str, int, int, list[str]]]:
+    """--settings name:selector:n:m[:override|override...] and --sweep n,n,... -> (name, selector, n, m,
+    overrides) in the order given (a setting's own overrides come after --set's)."""
     out = []
     for s in filter(None, args.settings.split(",")):
-        name, sel, n, m = s.split(":")
-        out.append((name, sel, int(n), int(m)))
+        name, sel, n, m, *own = s.split(":")
+        out.append((name, sel, int(n), int(m), own[0].split("|") if own else []))
     for n in filter(None, args.sweep.split(",")):
         n = int(n)
         m = min(n, args.sweep_m)
-        out.append((f"n{n}", "none" if n == m else "max_variance", n, m))
+        out.append((f"n{n}", "none" if n == m else "max_variance", n, m, []))
     return out
 
 

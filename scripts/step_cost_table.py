@@ -1,8 +1,8 @@
 """The short table of scripts/device/step_cost.sh (or of any folder of scripts/bench_step_cost.py outputs):
 GRPO 16/16 against PODS 64/16 per setting and variant (step and generation ms, PODS/GRPO), then the rows sweep.
 
-    python scripts/step_cost_table.py /tmp/step_cost_run/step_cost
-    python scripts/step_cost_table.py results/step_cost
+    python scripts/step_cost_table.py /tmp/step_cost_run/step_cost            # pairs, then the sweep
+    python scripts/step_cost_table.py /tmp/step_cost_run/step_cost --packed   # packed runs by part
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def sweep_rows(root: Path) -> list[str]:
         for name, ms in runs_in(sub).items():
             if name.startswith("n") and name[1:].isdigit():
                 found[(sub.name, int(name[1:]))] = ms
-            elif name in ("grpo16", "pods64") and "packed" not in sub.name:
+            elif name in ("grpo16", "pods64") and sub.name.startswith(("alone", "cpu")):
                 found[(sub.name, 16 if name == "grpo16" else 64)] = ms
     if not found:
         return []
@@ -60,9 +60,22 @@ def sweep_rows(root: Path) -> list[str]:
     return lines
 
 
+def packed_rows(root: Path) -> list[str]:
+    """Each packed variant's parts, mean over its processes (each process's steps after its warm-up)."""
+    lines = ["| folder | setting | procs | " + " | ".join(f"{p} ms" for p in PARTS) + " |",
+             "|---|---|---|" + "---|" * len(PARTS)]  # fmt: skip
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("packed")):
+        for name, ms in sorted(runs_in(sub).items()):
+            cells = [f"{1e3 * mean(ms, p):.1f}" for p in PARTS]
+            lines.append(f"| {sub.name} | {name} | {len(ms)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "results/step_cost")
-    print("\n".join(pair_rows(root) + sweep_rows(root)))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = Path(args[0] if args else "results/step_cost")
+    rows = packed_rows(root) if "--packed" in sys.argv else pair_rows(root) + sweep_rows(root)
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":
