@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 38 on a lent machine of 1 to 4 GPUs: where a PODS 64/16 step's extra milliseconds go against a GRPO 16/16
 # step (scripts/bench_step_cost.py), in three settings:
-#   alone    the headline shape (model=headline, hard sums, 8 prompts, T=0.9) alone on one GPU, then a sweep of
-#            rows per prompt (n = 8, 32, 128 at 8 prompts; 16 and 64 are the pair), last variant only
+#   alone    the headline shape (model=headline, hard sums, 8 prompts, T=0.9) alone on one GPU, and a sweep of
+#            rows per prompt at today's defaults (n = 8, 32, 128 at 8 prompts; 16 and 64 are the pair)
 #   packed   the same pair with 6 processes on one GPU (3 GRPO, 3 PODS, side by side for 25 s of training clock
 #            each), as headline runs are packed
 #   lora3b   a random Qwen2 of Qwen2.5-3B's shape with LoRA r=64 (as results/h100_3b/, results/issue18_h100/:
@@ -27,7 +27,8 @@ IFS=';' read -r -a VLIST <<< "$VARIANTS"
 B3="--random-shape --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008
   --gradient-checkpointing --prompts-per-step 1 --completion-len 512"
 if [ "${SMOKE:-0}" = 1 ]; then
-  export PYTHONPATH=$PWD PYTHONUNBUFFERED=1; GPUS=(0); EACH=1; ST=3; SW=2; PACKED_S=${PACKED_S:-3}
+  export PYTHONPATH=$PWD PYTHONUNBUFFERED=1; EACH=1; ST=3; SW=2; PACKED_S=${PACKED_S:-3}
+  IFS=, read -r -a GPUS <<< "${SMOKE_GPUS:-0}"  # SMOKE_GPUS=0,0,0: the side-by-side path
   B="python3 scripts/bench_step_cost.py --device cpu --threads 1 --prompts-per-step 1"
   SMALL="rollout.hf.compile=true model.max_completion_len=8"
   B3="--random-shape --lora --layers 2 --hidden 64 --vocab 512 --prompts-per-step 1 --completion-len 8"
@@ -46,19 +47,20 @@ job() {  # job <gpu> <limit s> <name> <command>...: one benchmark under a limit 
   if [ "$t" -lt 30 ]; then echo "$n skipped: $t s left" | tee -a "$R/status.txt"; return; fi
   echo "$(date +%T) $n on GPU $g, limit $t s"
   CUDA_VISIBLE_DEVICES=$g timeout -k 10 "$t" "$@" > "$R/$n.log" 2>&1
-  echo "$(date +%T) $n rc=$? ($SECONDS s into the call)" | tee -a "$R/status.txt"
+  local rc=$?  # 124: cut by its limit
+  echo "$(date +%T) $n rc=$rc ($SECONDS s into the call)" | tee -a "$R/status.txt"
   tar czf "$O/step_cost.tgz" -C "$(dirname "$R")" "$(basename "$R")" 2>/dev/null; cp "$R/status.txt" "$O/"
 }
 sets() { local s="${1#*=} $SMALL"; [ -n "${s// /}" ] && echo "--set $s"; }  # a variant's overrides as --set
-alone() {
-  local v
-  for v in "${VLIST[@]}"; do
-    job "$1" 150 "alone_${v%%=*}" $B --steps $ST --skip $((ST / 4)) --settings "$PAIR" $(sets "$v") \
+alone() {  # alone <gpu> <variant>...
+  local g=$1 v; shift
+  for v in "$@"; do
+    job "$g" 150 "alone_${v%%=*}" $B --steps $ST --skip $((ST / 4)) --settings "$PAIR" $(sets "$v") \
       --label "${v%%=*}" --pick-micro --out "$R/alone_${v%%=*}"
   done
 }
-sweep() {
-  local v=${VLIST[-1]}
+sweep() {  # today's code (the first variant): which parts grow with rows
+  local v=${VLIST[0]}
   job "$1" 170 sweep $B --steps $SW --skip $((SW / 3)) --settings "" --sweep 8,32,128 $(sets "$v") \
     --label "${v%%=*}" --out "$R/sweep"
 }
@@ -76,7 +78,8 @@ packed() {  # 3 GRPO and 3 PODS processes at once on one GPU, each for the same 
         pids+=($!)
       done
     done
-    wait "${pids[@]}"; echo "$(date +%T) $n done ($SECONDS s into the call)" | tee -a "$R/status.txt"
+    local rcs=""; for i in "${pids[@]}"; do wait "$i"; rcs="$rcs $?"; done  # 124: cut by its limit
+    echo "$(date +%T) $n rc=$rcs ($SECONDS s into the call)" | tee -a "$R/status.txt"
   done
 }
 lora3b() {
@@ -93,12 +96,12 @@ gpu_tests() {  # the rollout tests marked gpu: share_prefill's greedy token coun
   grep -h "greedy tokens differ\|passed\|failed" "$R/gpu_tests.log" | tee -a "$R/status.txt"
 }
 if [ "$NG" -ge 3 ]; then
-  (alone "${GPUS[0]}"; sweep "${GPUS[0]}") & a=$!; packed "${GPUS[1]}" & b=$!
+  (alone "${GPUS[0]}" "${VLIST[0]}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:1}") & a=$!; packed "${GPUS[1]}" & b=$!
   (lora3b "${GPUS[2]}"; [ "$NG" -lt 4 ] && gpu_tests "${GPUS[2]}") & c=$!
   [ "$NG" -ge 4 ] && gpu_tests "${GPUS[3]}"
   wait $a $b $c
 else
-  alone "${GPUS[0]}"; lora3b "${GPUS[-1]}"; packed "${GPUS[-1]}"; gpu_tests "${GPUS[0]}"; sweep "${GPUS[0]}"
+  alone "${GPUS[0]}" "${VLIST[@]}"; lora3b "${GPUS[-1]}"; packed "${GPUS[-1]}"; gpu_tests "${GPUS[0]}"; sweep "${GPUS[0]}"
 fi
 for n in alone sweep lora3b; do cat "$R"/${n}*/results.md > "$O/$n.md" 2>/dev/null; done
 python3 scripts/step_cost_table.py "$R" --packed > "$O/packed.md" 2>/dev/null
