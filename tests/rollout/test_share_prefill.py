@@ -96,3 +96,31 @@ def test_headline_greedy_tokens_with_a_shared_prefill_on_cuda(headline):
           f"{len(want.texts)} rows")  # fmt: skip
     for texts in (got.texts, want.texts):
         assert all(len(set(texts[i : i + 64])) == 1 for i in range(0, len(texts), 64))
+
+
+def test_training_with_a_shared_prefill_matches_and_resumes_bitwise(make_cfg, tmp_path):
+    """The Trainer on the graph loop (rollout.hf.compile=true, eager on a CPU), PODS 8/4: 4 steps with the
+    prefill shared give the records and weights of 4 steps without it, and so do 2 steps, a checkpoint and a
+    resume to 4."""
+    from pods import checkpoint as ckpt
+    from pods.tracking import read_metrics
+    from pods.train import run
+    from tests.conftest import SAME_RUN_KEYS, SMOKE
+
+    common = [*SMOKE, "selector=max_variance", "eval.at_end=false", "rollout.hf.compile=true"]
+    on = "rollout.hf.share_prefill=true"
+    dirs = {k: tmp_path / k for k in ("off", "on", "resumed")}
+    run(make_cfg(*common, "max_steps=4", run_dir=dirs["off"]))
+    run(make_cfg(*common, on, "max_steps=4", run_dir=dirs["on"]))
+    run(make_cfg(*common, on, "max_steps=2", run_dir=dirs["resumed"]))
+    run(make_cfg(*common, on, "max_steps=4", "resume=true", run_dir=dirs["resumed"]))
+    recs = {
+        k: [r for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "train"] for k, d in dirs.items()
+    }
+    assert [r["step"] for r in recs["resumed"]] == [1, 2, 3, 4]
+    for k in ("on", "resumed"):
+        for x, y in zip(recs["off"], recs[k], strict=True):
+            assert all(x.get(key) == y.get(key) for key in SAME_RUN_KEYS), (k, x["step"])
+    weights = {k: ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for k, d in dirs.items()}
+    for k in ("on", "resumed"):
+        assert all(torch.equal(weights["off"][n], weights[k][n]) for n in weights["off"])
