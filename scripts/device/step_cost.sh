@@ -8,12 +8,15 @@
 #   lora3b   a random Qwen2 of Qwen2.5-3B's shape with LoRA r=64 (as results/h100_3b/, results/issue18_h100/:
 #            --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008, gradient checkpointing),
 #            1 prompt, 512 new tokens
-# each under every variant of VARIANTS ("name=overrides;..."; default: today's defaults, then this issue's
-# switches one at a time on top of each other), one process per setting and variant.
+# each under every variant of VARIANTS ("name=overrides;..."; default: today's defaults, then one switch at a time
+# on top of the last: rollout.hf.share_prefill, rollout.hf.size_cache_to_prompt (a static cache of this prompt
+# width, not the widest), rollout.hf.release_cache=false (no re-capture per call)), one process per setting and
+# variant; a variant past the budget is skipped and named in status.txt.
 # Then the rollout tests marked gpu (tests/rollout/test_share_prefill.py prints how many greedy tokens differ with
 # rollout.hf.share_prefill). With 3 or more GPUs the settings run side by side (alone on the first GPU, packed on the
 # second, lora3b on the third, the tests on a fourth or after lora3b); with fewer, one after another (alone,
-# lora3b, packed, tests, sweep), each job under a limit from what is left of BUDGET seconds (default 330). Honours CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES=0 uses GPU 0 only.
+# lora3b, packed, tests, sweep), each job under a limit from what is left of BUDGET seconds (default 330).
+# Honours CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES=0 uses GPU 0 only.
 #   bash scripts/device/step_cost.sh            # .whl carried (docs/gpu.md); results in $OUT, a short table last
 # $OUT (7 files): table.md (the short table), alone.md, sweep.md, packed.md, lora3b.md (each variant's full table),
 # status.txt, step_cost.tgz (every results.json and log).
@@ -22,7 +25,8 @@ set -o pipefail
 export OMP_NUM_THREADS=2
 O=${OUT:-/tmp/step_cost_out}; R=/tmp/step_cost_run/step_cost; rm -rf "$R"; mkdir -p "$R" "$O"
 END=$((SECONDS + ${BUDGET:-330}))
-VARIANTS=${VARIANTS:-"before=;share_prefill=rollout.hf.share_prefill=true;share_prefill+fit_cache=rollout.hf.share_prefill=true rollout.hf.size_cache_to_prompt=true"}
+V2="rollout.hf.share_prefill=true"; V3="$V2 rollout.hf.size_cache_to_prompt=true"; V4="$V3 rollout.hf.release_cache=false"
+VARIANTS=${VARIANTS:-"before=;share_prefill=$V2;share_prefill+fit_cache=$V3;share_prefill+fit_cache+keep_cache=$V4"}
 IFS=';' read -r -a VLIST <<< "$VARIANTS"
 B3="--random-shape --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008
   --gradient-checkpointing --prompts-per-step 1 --completion-len 512"
