@@ -33,6 +33,7 @@ on bench/harness.py's arithmetic-looking prompts and its bench_hash reward.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -314,6 +315,51 @@ def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) ->
     return out
 
 
+def prefill_ab(args, reps: int = 4) -> list[dict]:
+    """The prefill alone, shared (rollout.hf.share_prefill) or per row, alternating A and B so load drifts hit
+    both: generate() of the first `--prompts-per-step` training prompts x n rows with one new token (prefill and
+    its draw; the graph loop, eager on a CPU), wall and process CPU ms per call, mean of `reps` after one warm-up.
+    Greedy: the one token of each row is compared too."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pods.rollout.hf import HFGenerator
+
+    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "prefill_ab", "none", 16, 16, [])
+    path = cfg.model.path
+    tok = AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
+    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    out = []
+    for n in (16, 64):
+        gens = {
+            share: HFGenerator(model, tok, args.device, args.rollout_batch, 1, compiled=True, dtype=dtype,
+                               max_prompt_len=cfg.model.max_prompt_len, share_prefill=share)
+            for share in (False, True)
+        }  # fmt: skip
+        for g in gens.values():  # one new token: no decode step runs, so nothing needs compiling first
+            g._warm_up = lambda *a, **kw: None
+        times = {False: [], True: []}
+        tokens = {}
+        for rep in range(reps + 1):
+            for share, g in gens.items():
+                sync(args.device)
+                w0, c0 = time.perf_counter(), time.process_time()
+                r = g.generate(prompts, list(range(len(prompts))), n, 0.0)
+                sync(args.device)
+                if rep:
+                    times[share].append((time.perf_counter() - w0, time.process_time() - c0))
+                tokens[share] = r.input_ids[:, r.prompt_len :]
+        for share in (False, True):
+            wall = statistics.fmean(t[0] for t in times[share])
+            cpu = statistics.fmean(t[1] for t in times[share])
+            out.append({"n": n, "rows": n * len(prompts), "share_prefill": share, "wall_ms": 1e3 * wall,
+                        "cpu_ms": 1e3 * cpu})  # fmt: skip
+        out[-1]["tokens_differ"] = int((tokens[False] != tokens[True]).sum())
+    return out
+
+
 def fmt_ms(x: float) -> str:
     return f"{1e3 * x:.1f}"
 
@@ -323,23 +369,32 @@ def markdown(res: dict) -> str:
     lines = [f"# Step cost by part ({res['device']}, {res['shape']})", ""]
     lines += [f"Command: `{res['command']}`", "", "ms per step, mean over steps after the first "
               f"{res['args']['skip']} (steps: {res['args']['steps']})", ""]  # fmt: skip
+    if not runs:  # --prefill-ab alone
+        lines = lines[:2]
     head = ["part", *[r["name"] for r in runs]]
     pair = None
     names = [r["name"] for r in runs]
     if "grpo16" in names and "pods64" in names:
         pair = (runs[names.index("grpo16")], runs[names.index("pods64")])
         head += ["pods64 - grpo16", "ratio"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for part in ROWS:
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if runs else []
+    for part in ROWS if runs else []:
         key = part.strip()
         cells = [part.replace("  ", "&nbsp;&nbsp;"), *[fmt_ms(r["mean"].get(key, 0.0)) for r in runs]]
         if pair:
             a, b = pair[0]["mean"].get(key, 0.0), pair[1]["mean"].get(key, 0.0)
             cells += [fmt_ms(b - a), f"{b / a:.2f}" if a > 1e-6 else "-"]
         lines.append("| " + " | ".join(cells) + " |")
-    for key in ("rows", "update rows", "decode steps", "mean length", "max length"):
+    for key in ("rows", "update rows", "decode steps", "mean length", "max length") if runs else []:
         cells = [key, *[f"{r['mean'].get(key, 0.0):.1f}" for r in runs]]
         lines.append("| " + " | ".join(cells + ([""] * 2 if pair else [])) + " |")
+    if res.get("prefill_ab"):
+        lines += ["", "Prefill alone (generate() with one new token, greedy; mean of alternating calls):", "",
+                  "| rows | share_prefill | wall ms | process CPU ms | greedy tokens differing |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for r in res["prefill_ab"]:
+            lines.append(f"| {r['rows']} | {r['share_prefill']} | {r['wall_ms']:.1f} | {r['cpu_ms']:.1f} | "
+                         f"{r.get('tokens_differ', '')} |")  # fmt: skip
     if res.get("pick_ms"):
         lines += ["", "Sampling alone (eager, one call on (rows, vocab) logits, T=0.9), ms: "
                   + ", ".join(f"{k} rows {v:.3f}" for k, v in res["pick_ms"].items())]  # fmt: skip
@@ -375,14 +430,15 @@ def main() -> None:
     p.add_argument("--sweep", default="", help="rows per prompt, e.g. 8,16,32,64,128 (m = min(n, --sweep-m))")
     p.add_argument("--sweep-m", type=int, default=16)
     p.add_argument("--pick-micro", action="store_true", help="time the sampling alone at each row count")
+    p.add_argument("--prefill-ab", action="store_true", help="headline: the prefill alone, shared or per row")
     p.add_argument("--label", default="")
     p.add_argument("--out", default="results/step_cost/run")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = parse_settings(args)
-    if not settings:
-        p.error("nothing to run: give --settings and/or --sweep")
+    if not settings and not args.prefill_ab:
+        p.error("nothing to run: give --settings, --sweep or --prefill-ab")
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     shape = (f"random Qwen2 {args.layers} layers x {args.hidden}{', LoRA' if args.lora else ''}"
              if args.random_shape else f"headline, {args.dataset}")  # fmt: skip
@@ -402,6 +458,8 @@ def main() -> None:
                 flush=True,
             )
             save_results(Path(args.out), res, markdown(res))
+    if args.prefill_ab:
+        res["prefill_ab"] = prefill_ab(args)
     if args.pick_micro:
         vocab = 313 if not args.random_shape else args.vocab
         rows = sorted({r["n"] * args.prompts_per_step for r in res["runs"]})

@@ -60,7 +60,7 @@ alone() {  # alone <gpu> <variant>...
   local g=$1 v; shift
   for v in "$@"; do
     job "$g" 150 "alone_${v%%=*}" $B --steps $ST --skip $((ST / 4)) --settings "$PAIR" $(sets "$v") \
-      --label "${v%%=*}" --pick-micro --out "$R/alone_${v%%=*}"
+      --label "${v%%=*}" --pick-micro $([ "$v" = "${VLIST[0]}" ] && echo --prefill-ab) --out "$R/alone_${v%%=*}"
   done
 }
 sweep() {  # today's code (the first variant): which parts grow with rows
