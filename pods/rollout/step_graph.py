@@ -177,11 +177,12 @@ class StepDecoder:
         logits = self._forward(ids[firsts], mask[firsts], pos[firsts], cache=own)
         lp = ids.shape[1]
         for big, small in zip(self.cache.layers, own.layers):
-            k, v = small.keys.index_select(0, src), small.values.index_select(0, src)  # (B, H, L, D)
+            k = small.keys[:, :, :lp].index_select(0, src)  # (B, H, lp, D): the prompt's columns
+            v = small.values[:, :, :lp].index_select(0, src)
             if not big.is_initialized:  # first prefill of this decoder: the static tensors are made lazily
-                big.lazy_initialization(k, v)
-            big.keys[:, :, :lp].copy_(k[:, :, :lp])
-            big.values[:, :, :lp].copy_(v[:, :, :lp])
+                big.lazy_initialization(k, v)  # (reads batch, heads, head size, dtype and device only)
+            big.keys[:, :, :lp].copy_(k)
+            big.values[:, :, :lp].copy_(v)
             big.cumulative_length.fill_(lp)  # as if the prompt had been written here (a tensor: in place)
         return logits.index_select(0, src)
 

@@ -76,7 +76,7 @@ packed() {  # 3 GRPO and 3 PODS processes at once on one GPU, each for the same 
     mkdir -p "$R/$n"; pids=(); echo "$(date +%T) $n on GPU $g"
     for i in $(seq 0 $((EACH - 1))); do
       for s in grpo16:none:16:16 pods64:max_variance:64:16; do
-        CUDA_VISIBLE_DEVICES=$g timeout -k 10 $((left < 120 ? left : 120)) $B --steps 1000 --skip $((ST / 3)) \
+        CUDA_VISIBLE_DEVICES=$g timeout -k 10 $((left < 150 ? left : 150)) $B --steps 1000 --skip $((ST / 3)) \
           --settings $s --seed $i $(sets "$v max_train_time=${PACKED_S:-25}") --label "${v%%=*}" \
           --out "$R/$n/${s%%:*}_$i" > "$R/$n/${s%%:*}_$i.log" 2>&1 &
         pids+=($!)
@@ -95,7 +95,7 @@ lora3b() {
 }
 gpu_tests() {  # the rollout tests marked gpu: share_prefill's greedy token count, the graph loop against generate()
   [ "${SMOKE:-0}" = 1 ] && return
-  job "$1" 150 gpu_tests python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/rollout/test_share_prefill.py \
+  job "$1" 200 gpu_tests python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/rollout/test_share_prefill.py \
     tests/rollout/test_hf.py
   grep -h "greedy tokens differ\|passed\|failed" "$R/gpu_tests.log" | tee -a "$R/status.txt"
 }
