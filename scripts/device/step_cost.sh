@@ -15,7 +15,8 @@
 # Then the rollout tests marked gpu (tests/rollout/test_share_prefill.py prints how many greedy tokens differ with
 # rollout.hf.share_prefill). With 3 or more GPUs the settings run side by side (alone on the first GPU, packed on the
 # second, lora3b on the third, the tests on a fourth or after lora3b); with fewer, one after another (alone,
-# lora3b, packed, tests, sweep), each job under a limit from what is left of BUDGET seconds (default 330).
+# lora3b and packed in the first two variants, the tests, then the rest), each job under a limit from what is
+# left of BUDGET seconds (default 330): on one GPU the later ones are skipped.
 # Honours CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES=0 uses GPU 0 only.
 #   bash scripts/device/step_cost.sh            # .whl carried (docs/gpu.md); results in $OUT, a short table last
 # $OUT (7 files): table.md (the short table), alone.md, sweep.md, packed.md, lora3b.md (each variant's full table),
@@ -68,9 +69,10 @@ sweep() {  # today's code (the first variant): which parts grow with rows
   job "$1" 170 sweep $B --steps $SW --skip $((SW / 3)) --settings "" --sweep 8,32,128 $(sets "$v") \
     --label "${v%%=*}" --out "$R/sweep"
 }
-packed() {  # 3 GRPO and 3 PODS processes at once on one GPU, each for the same seconds of training clock
-  local g=$1 v i s pids
-  for v in "${VLIST[@]}"; do
+packed() {  # packed <gpu> <variant>...: 3 GRPO and 3 PODS processes at once on one GPU, each for the same
+  # seconds of training clock
+  local g=$1 v i s pids; shift
+  for v in "$@"; do
     local n="packed_${v%%=*}" left=$((END - SECONDS))
     [ "$left" -lt 60 ] && { echo "$n skipped: $left s left" | tee -a "$R/status.txt"; continue; }
     mkdir -p "$R/$n"; pids=(); echo "$(date +%T) $n on GPU $g"
@@ -86,10 +88,10 @@ packed() {  # 3 GRPO and 3 PODS processes at once on one GPU, each for the same 
     echo "$(date +%T) $n rc=$rcs ($SECONDS s into the call)" | tee -a "$R/status.txt"
   done
 }
-lora3b() {
-  local v
-  for v in "${VLIST[@]}"; do
-    job "$1" 200 "lora3b_${v%%=*}" $B $B3 --steps 3 --skip 1 --settings "$PAIR" $(sets "$v") --label "${v%%=*}" \
+lora3b() {  # lora3b <gpu> <variant>...
+  local g=$1 v; shift
+  for v in "$@"; do
+    job "$g" 200 "lora3b_${v%%=*}" $B $B3 --steps 3 --skip 1 --settings "$PAIR" $(sets "$v") --label "${v%%=*}" \
       --out "$R/lora3b_${v%%=*}"
   done
 }
@@ -100,12 +102,16 @@ gpu_tests() {  # the rollout tests marked gpu: share_prefill's greedy token coun
   grep -h "greedy tokens differ\|passed\|failed" "$R/gpu_tests.log" | tee -a "$R/status.txt"
 }
 if [ "$NG" -ge 3 ]; then
-  (alone "${GPUS[0]}" "${VLIST[0]}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:1}") & a=$!; packed "${GPUS[1]}" & b=$!
-  (lora3b "${GPUS[2]}"; [ "$NG" -lt 4 ] && gpu_tests "${GPUS[2]}") & c=$!
+  (alone "${GPUS[0]}" "${VLIST[0]}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:1}") & a=$!
+  packed "${GPUS[1]}" "${VLIST[@]}" & b=$!
+  (lora3b "${GPUS[2]}" "${VLIST[@]}"; [ "$NG" -lt 4 ] && gpu_tests "${GPUS[2]}") & c=$!
   [ "$NG" -ge 4 ] && gpu_tests "${GPUS[3]}"
   wait $a $b $c
-else
-  alone "${GPUS[0]}" "${VLIST[@]}"; lora3b "${GPUS[-1]}"; packed "${GPUS[-1]}"; gpu_tests "${GPUS[0]}"; sweep "${GPUS[0]}"
+else  # one after another, the first two variants of every setting first
+  FIRST=("${VLIST[@]:0:2}"); REST=("${VLIST[@]:2}")
+  alone "${GPUS[0]}" "${FIRST[@]}"; lora3b "${GPUS[-1]}" "${FIRST[@]}"; packed "${GPUS[-1]}" "${FIRST[@]}"
+  gpu_tests "${GPUS[0]}"; alone "${GPUS[0]}" "${REST[@]}"; sweep "${GPUS[0]}"
+  lora3b "${GPUS[-1]}" "${REST[@]}"; packed "${GPUS[-1]}" "${REST[@]}"
 fi
 for n in alone sweep lora3b; do cat "$R"/${n}*/results.md > "$O/$n.md" 2>/dev/null; done
 python3 scripts/step_cost_table.py "$R" --packed > "$O/packed.md" 2>/dev/null
