@@ -33,12 +33,15 @@ FROZEN=${FROZEN:-results/headline_v4/frozen.env}
 POLICY_SHA256=43a22e9fca075a1fbc0895f117a77af9bf764433e7835b462a46e11860dd53ba  # v3's shipped policy
 # The pilot's settings (PLAN.md): name, lr, warm-up steps; setting k runs on GPU k, the 4th only on 4 GPUs.
 SETTINGS=("s1 1e-5 0" "s2 2e-5 100" "s3 4e-5 100" "s4 4e-5 300")
+# PILOT=2 (PLAN.md, amendment 1): pilot 2's settings, "name lr warm-up [extra overrides]", and its fresh seeds.
+if [ "${PILOT:-1}" = 2 ]; then SETTINGS=("t1 1e-5 0 eval.temperature=0.9 eval.num_samples=2"); PILOT_SEED0=4010
+else PILOT_SEED0=4000; fi
 if [ "${SMOKE:-0}" = 1 ]; then
   export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
   # Runs bounded by steps, read per step: a loaded CPU's steps may outlast any clock window.
   IDS=(0); HW="hardware=cpu"; WINDOW=8; EVERY=2; ALONE_S=3; PER=3; LIMIT=${LIMIT:-900}
   SMOKE_OVR="max_steps=4 max_train_time=0 eval.every_steps=1 eval.every_seconds=0"; READ="--x step --grid-step 1 --x-max 4"
-  SETTINGS=("${SETTINGS[@]:0:2}"); PILOT_GRPO=4001-4002
+  SETTINGS=("${SETTINGS[@]:0:2}"); PILOT_GRPO=$((PILOT_SEED0 + 1))-$((PILOT_SEED0 + 2))
   EVAL="dataset.eval_size=16 rollout.batch_size=64 model.max_completion_len=24"; PPS=2
 else
   source scripts/device/setup.sh || exit 1
@@ -46,7 +49,7 @@ else
   else mapfile -t IDS < <(nvidia-smi --query-gpu=index --format=csv,noheader); fi
   HW="hardware=gpu"; WINDOW=300; EVERY=10; ALONE_S=20; PER=4; LIMIT=${LIMIT:-585}
   SMOKE_OVR=""; READ="--grid-step $EVERY --x-max $WINDOW"
-  PILOT_GRPO=4001-4003
+  PILOT_GRPO=$((PILOT_SEED0 + 1))-$((PILOT_SEED0 + 3))
   EVAL="eval.batch_size=1024 rollout.batch_size=512"; PPS=8
 fi
 NGPU=${#IDS[@]}
@@ -116,16 +119,16 @@ case $PHASE in
     # (SMOKE: both settings side by side on the CPU.)
     N=$(( NGPU < ${#SETTINGS[@]} ? NGPU : ${#SETTINGS[@]} )); [ "${SMOKE:-0}" = 1 ] && N=${#SETTINGS[@]}
     CASES=(); for s in $(seq_list $PILOT_GRPO | tr , ' '); do CASES+=(--case "arm=$GRPO seed=$s"); done
-    CASES+=(--case "arm=$PODS seed=4001")
+    CASES+=(--case "arm=$PODS seed=$((PILOT_SEED0 + 1))")
     for k in $(seq 0 $(( N - 1 ))); do
-      read -r name lr warm <<< "${SETTINGS[$k]}"
-      C=$(echo $(common "$lr" "$warm"))
+      read -r name lr warm extra <<< "${SETTINGS[$k]}"
+      C=$(echo $(common "$lr" "$warm") $extra)
       CUDA_VISIBLE_DEVICES=${IDS[$(( k % NGPU ))]} timeout "$(left 25)" python3 scripts/launch_parallel.py \
         --gpus 1 --per-gpu "$PER" --out "$WORK/pilot/$name-lr$lr-w$warm" "${CASES[@]}" -- $C \
         > "$WORK/launch_$name.log" 2>&1 &
     done
     wait
-    cat "$WORK"/launch_s*.log | tee -a "$OUTDIR/launch.log"
+    cat "$WORK"/launch_*.log | tee -a "$OUTDIR/launch.log"
     pack pilot "$WORK/pilot"
     python3 scripts/pilot_seed_checks.py "$WORK/pilot" $READ --alone "$WORK/alone" \
       --chosen-env "$OUTDIR/chosen.env" 2>&1 | tee "$OUTDIR/checks.md"
