@@ -12,7 +12,7 @@
 # on top of the last: rollout.hf.share_prefill, rollout.hf.size_cache_to_prompt (a static cache of this prompt
 # width, not the widest), rollout.hf.release_cache=false (no re-capture per call)), one process per setting and
 # variant; a variant past the budget is skipped and named in status.txt.
-# Then the rollout tests marked gpu (tests/rollout/test_share_prefill.py prints how many greedy tokens differ with
+# The first GPU runs the first two variants, the sweep, then the rest. Then the rollout tests marked gpu (tests/rollout/test_share_prefill.py prints how many greedy tokens differ with
 # rollout.hf.share_prefill). With 3 or more GPUs the settings run side by side (alone on the first GPU, packed on the
 # second, lora3b on the third, the tests on a fourth or after lora3b); with fewer, one after another (alone,
 # lora3b and packed in the first two variants, the tests, then the rest), each job under a limit from what is
@@ -60,7 +60,7 @@ sets() { local s="${1#*=} $SMALL"; [ -n "${s// /}" ] && echo "--set $s"; }  # a 
 alone() {  # alone <gpu> <variant>...
   local g=$1 v; shift
   for v in "$@"; do
-    job "$g" 150 "alone_${v%%=*}" $B --steps $ST --skip $((ST / 4)) --settings "$PAIR" $(sets "$v") \
+    job "$g" 200 "alone_${v%%=*}" $B --steps $ST --skip $((ST / 4)) --settings "$PAIR" $(sets "$v") \
       --label "${v%%=*}" --pick-micro $([ "$v" = "${VLIST[0]}" ] && echo --prefill-ab) --out "$R/alone_${v%%=*}"
   done
 }
@@ -102,7 +102,7 @@ gpu_tests() {  # the rollout tests marked gpu: share_prefill's greedy token coun
   grep -h "greedy tokens differ\|passed\|failed" "$R/gpu_tests.log" | tee -a "$R/status.txt"
 }
 if [ "$NG" -ge 3 ]; then
-  (alone "${GPUS[0]}" "${VLIST[0]}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:1}") & a=$!
+  (alone "${GPUS[0]}" "${VLIST[@]:0:2}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:2}") & a=$!
   packed "${GPUS[1]}" "${VLIST[@]}" & b=$!
   (lora3b "${GPUS[2]}" "${VLIST[@]}"; [ "$NG" -lt 4 ] && gpu_tests "${GPUS[2]}") & c=$!
   [ "$NG" -ge 4 ] && gpu_tests "${GPUS[3]}"
