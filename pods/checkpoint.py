@@ -8,8 +8,9 @@ replaced atomically: a crash in the middle of a save leaves the previous checkpo
 Re-saving a step never deletes the good copy first: the old directory is renamed aside (.old_step_N),
 the new one renamed in, and only then the old one removed; `latest_checkpoint` finds an .old_ copy if a
 kill landed between the two renames. Pruned checkpoints are renamed to .trash_ before deletion, so a
-half-deleted directory never looks like a checkpoint. Each checkpoint has a small meta.json (step, and
-how many metrics.jsonl lines it covers) so a resume can pick one without loading the optimizer state,
+half-deleted directory never looks like a checkpoint; a temporary directory a kill left behind is removed after
+the next save. Each checkpoint has a small meta.json (step, how many metrics.jsonl lines it covers, the config
+it was saved under) so a resume can pick one without loading the optimizer state,
 and the size and SHA-256 of every file, read back from disk at save time: a resume verifies them
 (`verify`) and never loads a damaged or half-written file. A save that fails (a full disk) removes its
 temporary directory and raises one line (CheckpointError); the previous checkpoint and `latest` stay.
@@ -249,6 +250,8 @@ def _remove(path: Path, ckpt_root: Path) -> None:
 def _prune(ckpt_root: Path, keep_last: int) -> None:
     for trash in ckpt_root.glob(".trash_*"):  # a deletion a kill interrupted: finish it
         shutil.rmtree(trash, ignore_errors=True)
+    for torn in ckpt_root.glob(".tmp_step_*"):  # saves a kill (or a second Ctrl-C) cut short; the run dir's
+        shutil.rmtree(torn, ignore_errors=True)  # lock (pods/runlock.py) says no other process is writing one
     done = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
     for old in done[: max(len(done) - max(keep_last, 1), 0)]:  # the newest is always kept
         _remove(old, ckpt_root)

@@ -11,6 +11,7 @@ checked and typed with the rest of the config before anything loads (pods/compon
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import traceback
 from collections.abc import Callable, Iterable
@@ -62,7 +63,7 @@ def import_submodules(package: str) -> None:
         except ConfigError:
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a module's import may raise anything
-            raise ConfigError(f"{info.name} failed to import: {raised(e)}") from None
+            raise ConfigError(f"{info.name} failed to import: {raised(e, info.name)}") from None
 
 
 def load_plugins(modules: Iterable[str]) -> None:
@@ -75,21 +76,36 @@ def load_plugins(modules: Iterable[str]) -> None:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name and name != e.name and not name.startswith(e.name + "."):  # the plugin's own import
-                raise ConfigError(f"plugins: {name!r} failed to import: {raised(e)}") from None
+                raise ConfigError(f"plugins: {name!r} failed to import: {raised(e, name)}") from None
             raise ConfigError(
                 f"plugins={modules}: cannot import {name!r} ({e}); is it on PYTHONPATH?"
             ) from None
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's import may raise anything
-            raise ConfigError(f"plugins: {name!r} failed to import: {raised(e)}") from None
+            raise ConfigError(f"plugins: {name!r} failed to import: {raised(e, name)}") from None
 
 
-def raised(e: BaseException) -> str:
-    """`Type: message (file:line)`: the message's first line and the innermost frame, where it was raised."""
+def raised(e: BaseException, module: str | None = None) -> str:
+    """`Type: message (file:line)`: the message's first line and where it was raised: in `module`'s own file
+    when the traceback passes there (a plugin's line, not the library it called), else the innermost frame
+    outside importlib."""
     text = str(e).strip()
     msg = f": {text.splitlines()[0]}" if text else ""
-    frames = traceback.extract_tb(e.__traceback__)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+    origin = _origin_file(module)
+    own = [f for f in frames if origin and f.filename == origin]
     if isinstance(e, SyntaxError) and e.filename:
         where = f" ({e.filename}:{e.lineno})"
     else:
-        where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+        frame = (own or frames or [None])[-1]
+        where = f" ({frame.filename}:{frame.lineno})" if frame else ""
     return f"{type(e).__name__}{msg}{where}"
+
+
+def _origin_file(module: str | None) -> str | None:
+    if not module:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception:  # noqa: BLE001 - a broken parent package: no file to name
+        return None
+    return spec.origin if spec else None

@@ -83,7 +83,8 @@ class StopOnSignal(Callback):
         directory (never read by a resume); the newest complete checkpoint is still `latest`."""
         where = f"; the newest checkpoint is {latest_name(self.run_dir)}" if self.run_dir else ""
         print(f"pods: second SIGINT: exiting now without saving{where}", file=sys.stderr, flush=True)
-        logging.shutdown()  # flush the log file's handler
+        for h in [*logging.getLogger().handlers, *log.handlers]:  # the log file's lines so far
+            h.flush()
         os._exit(128 + signal.SIGINT)
 
     # --- at step boundaries --------------------------------------------------------------------------------

@@ -151,6 +151,11 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.run.dir")
+        if int(os.environ.get("RANK", "0")) == 0:  # the run dir's lock, before Hydra writes .hydra/ and its log
+            try:
+                runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
+            except ConfigError as e:
+                _fail(str(e))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir")
