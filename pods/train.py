@@ -151,7 +151,8 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.run.dir")
-        if int(os.environ.get("RANK", "0")) == 0:  # the run dir's lock, before Hydra writes .hydra/ and its log
+        # the run dir's lock, before Hydra writes .hydra/ and its log there (rank 0 only)
+        if int(os.environ.get("RANK", "0")) == 0:
             try:
                 runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
             except ConfigError as e:
