@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from dataclasses import dataclass
 
 from pods.config import add_special_tokens
@@ -21,13 +22,17 @@ class PromptSet:
     report: DataReport  # rows read, kept, and bad rows by reason
 
 
-def max_token_chars(tok) -> int:
+def max_token_chars(tok) -> int | None:
     """The most characters one token can stand for: its longest vocabulary entry (byte-level BPE writes a
     byte as one character, so an entry of k characters covers at most k characters of text), twice over for
-    normalisers that shorten text (NFKC). A prompt longer than limit x this is longer than limit tokens."""
+    normalisers that shorten text (NFKC). A prompt longer than limit x this is longer than limit tokens.
+    None for a tokenizer without a vocabulary to read (no bound)."""
     cached = getattr(tok, "_pods_max_token_chars", None)
     if cached is None:
-        cached = 2 * max((len(t) for t in tok.get_vocab()), default=1)
+        vocab = getattr(tok, "get_vocab", None)
+        if not callable(vocab):
+            return None
+        cached = 2 * max((len(t) for t in vocab()), default=1)
         with contextlib.suppress(AttributeError):
             tok._pods_max_token_chars = cached
     return cached
@@ -41,7 +46,8 @@ def length_checked(
     `add_special_tokens`, as for prompts without a chat template."""
     prompts, answers = [], []
     reason = f"prompt longer than model.max_prompt_len={limit}"
-    max_chars = limit * max_token_chars(tok)  # longer in characters: longer in tokens, whatever they are
+    per_token = max_token_chars(tok)
+    max_chars = limit * per_token if per_token else math.inf  # longer in characters: longer in tokens
     for ex in examples:
         if len(ex.question) > max_chars:  # not tokenized: a 10 MB line cost 20 s in the tokenizer
             report.add_bad(reason)
