@@ -33,6 +33,17 @@ def _key(run_dir) -> Path:
     return Path(run_dir).resolve()
 
 
+def main_process() -> bool:
+    """Whether this process is the run's rank 0, the one that takes the lock: RANK under torchrun (with
+    WORLD_SIZE); SLURM_PROCID in a Slurm job of several tasks before pods.slurm.setup has exported RANK (a RANK
+    without WORLD_SIZE came from the submitting shell); else the run's only process."""
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ.get("RANK", "0") or 0) == 0
+    if "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1:
+        return int(os.environ.get("SLURM_PROCID", "0") or 0) == 0
+    return True
+
+
 def holder(run_dir) -> dict:
     """Who holds (or last held) the lock, as its file says; {} if unreadable."""
     try:

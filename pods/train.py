@@ -49,7 +49,7 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
     already saved is overwritten or mixed with a new run's metrics. The run directory and its
     checkpoints/ must be writable: checked here, not at the first save."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not runlock.main_process():
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(run_dir)
     ckpts = run_dir / "checkpoints"
@@ -151,8 +151,7 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.run.dir")
-        # the run dir's lock, before Hydra writes .hydra/ and its log there (rank 0 only)
-        if int(os.environ.get("RANK", "0")) == 0:
+        if runlock.main_process():  # the run dir's lock, before Hydra writes .hydra/ and its log there
             try:
                 runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
             except ConfigError as e:

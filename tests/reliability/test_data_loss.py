@@ -443,9 +443,17 @@ def test_other_ranks_of_a_run_take_no_lock(make_cfg, tmp_path, monkeypatch):
     d = tmp_path / "run"
     proc = _holder(d)  # rank 0 of the same run, as it were
     try:
-        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setenv("RANK", "1")  # torchrun's rank 1
+        monkeypatch.setenv("WORLD_SIZE", "2")
         check_run_dir(d, resume=False)
         assert not runlock.held(d)
+        monkeypatch.delenv("RANK")  # Slurm's task 1, before pods.slurm.setup exports RANK
+        monkeypatch.delenv("WORLD_SIZE")
+        for k, v in {"SLURM_JOB_ID": "41", "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}.items():
+            monkeypatch.setenv(k, v)
+        assert not runlock.main_process()
+        monkeypatch.setenv("SLURM_PROCID", "0")
+        assert runlock.main_process()
     finally:
         proc.kill()
         proc.wait()
