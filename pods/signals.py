@@ -2,8 +2,8 @@
 time-limit signal and the requeue on top of this).
 
     first SIGINT or SIGTERM   noted; at the next step boundary (or when the loop ends) every rank saves a
-                              checkpoint, rank 0 logs one line naming it and the command that resumes it, and
-                              the process exits 128 + the signal's number (130 SIGINT, 143 SIGTERM)
+    (or SIGHUP)               checkpoint, rank 0 logs one line naming it and the command that resumes it, and
+                              the process exits 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)
     a second SIGINT           exits at once (130), saving nothing: a save under way is left in its temporary
                               directory, which no resume reads (pods/checkpoint.py writes step_N/ atomically)
 
@@ -51,14 +51,21 @@ def latest_name(run_dir) -> str:
 
 
 class StopOnSignal(Callback):
-    """Installs handlers for SIGNALS on construction (uninstall() puts the previous ones back)."""
+    """Installs handlers for SIGNALS on construction (uninstall() puts the previous ones back). SIGHUP (the
+    terminal closed) ends a run like SIGTERM; a SIGINT or SIGHUP the process was started ignoring (nohup, a
+    background job of a script) stays ignored."""
 
-    SIGNALS: tuple = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS: tuple = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    KEEP_IGNORED: tuple = (signal.SIGINT, signal.SIGHUP)
 
     def __init__(self):
         self.caught = 0
         self.run_dir = None  # known once a trainer reaches a step boundary: named by a second Ctrl-C
-        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+        self.previous = {
+            s: signal.signal(s, self._note)
+            for s in self.SIGNALS
+            if not (s in self.KEEP_IGNORED and signal.getsignal(s) == signal.SIG_IGN)
+        }
 
     def uninstall(self) -> None:
         for s, handler in self.previous.items():
@@ -69,7 +76,7 @@ class StopOnSignal(Callback):
         if signum == signal.SIGINT and self.caught:
             self._exit_now()
         first = not self.caught
-        self.caught = max(self.caught, signum)  # SIGTERM (15) outranks SIGUSR2 (12) outranks SIGINT (2)
+        self.caught = max(self.caught, signum)  # SIGTERM (15) > SIGUSR2 (12) > SIGINT (2) > SIGHUP (1)
         if first:
             again = "; press Ctrl-C again to stop at once, without saving" if signum == signal.SIGINT else ""
             log.warning(

@@ -132,7 +132,9 @@ def run(cfg, callbacks=()) -> dict:
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a
             # resume's changes go to history.jsonl, not here
             OmegaConf.save(as_container(c), config)
-        return trainer.train()
+        final = trainer.train()
+        stop.check(trainer)  # a signal during the final eval or save: the run is saved; exit as signalled
+        return final
     finally:
         stop.uninstall()
         if run_dir:

@@ -322,7 +322,12 @@ class Trainer:
         holds no config: then config.yaml, the config the run was last started with."""
         saved, where = plan.get("config"), Path(plan["path"]).name
         if saved is None and (self.run_dir / "config.yaml").is_file():
-            saved = OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"))
+            try:
+                saved = OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"))
+            except Exception as e:  # noqa: BLE001 - a damaged config.yaml: YAML and OmegaConf raise many types
+                log.warning(
+                    "config.yaml unreadable (%s): the resumed config is not compared", type(e).__name__
+                )
         if saved is None:
             log.warning("checkpoint %s holds no config and there is no config.yaml: not compared", where)
             return {}

@@ -159,7 +159,9 @@ class SignalAt(Callback):
             os.kill(os.getpid(), self.signum)
 
 
-@pytest.mark.parametrize("signum, at", [(signal.SIGINT, 2), (signal.SIGTERM, 1), (signal.SIGINT, 4)])
+@pytest.mark.parametrize(
+    "signum, at", [(signal.SIGINT, 2), (signal.SIGTERM, 1), (signal.SIGHUP, 3), (signal.SIGINT, 4)]
+)
 def test_a_signal_saves_at_the_next_step_boundary_and_the_resume_is_bitwise(
     signum, at, finished, make_cfg, tmp_path, caplog
 ):
@@ -298,6 +300,19 @@ def test_only_a_second_ctrl_c_exits_at_once(monkeypatch):
         finally:
             stop.uninstall()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_signal_the_process_was_started_ignoring_stays_ignored():
+    """nohup ignores SIGHUP, a script's background job SIGINT: the run must not take them back."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        stop = signals.StopOnSignal()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN and signal.SIGHUP not in stop.previous
+        assert signal.getsignal(signal.SIGTERM) == stop._note
+        stop.uninstall()
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_the_default_checkpoint_policy_saves_every_30_minutes_of_training_clock(make_cfg):
