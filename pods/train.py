@@ -250,9 +250,8 @@ def compose_error(e: Exception) -> str:
     cause = e.__cause__ or e.__context__
     key = getattr(cause, "full_key", None)  # the OmegaConf error it stopped on
     hint = retired_key(str(key)) if key else None
-    if (
-        not hint and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key
-    ):  # Hydra would say "use +key=...": no such key
+    # a key the schema lacks: Hydra's advice ("use +key=...") leads to a refusal too; say what the keys are
+    if not hint and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
         return f"pods: error: {schema_error(cause)}"
     cause = f"\n{e.__cause__}" if isinstance(e.__cause__, OmegaConfBaseException) else ""
     return f"pods: error: {key} (in a YAML file): {hint}" if hint else f"{e}{cause}"

@@ -86,9 +86,8 @@ class Trainer:
         set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)
-        if (
-            self.dist.is_main
-        ):  # one run per run dir (pods.train took it already; a Trainer built in code here)
+        # one run per run dir: pods.train took the lock already; a Trainer built in code takes it here
+        if self.dist.is_main:
             runlock.acquire(self.run_dir)
         self.ckpt = Checkpointer(self.run_dir, self.dist, c.checkpoint.keep_last, c.hardware.lora)
         plan = self.ckpt.plan() if c.resume else None  # a bad resume fails here, before the model loads
