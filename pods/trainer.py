@@ -178,8 +178,9 @@ class Trainer:
                     self.evaluate()
                 if self.ckpt_every.due(self.step, self.timer.train_clock):
                     self.save()
-            for cb in self.callbacks:
-                cb.on_loop_end(self)
+            for cb in self.callbacks:  # a callback written before this hook has none
+                if hasattr(cb, "on_loop_end"):
+                    cb.on_loop_end(self)
         finally:
             if frozen:  # collectable again once the loop is over
                 gc.unfreeze()
