@@ -349,7 +349,7 @@ def test_a_changed_period_applies_from_the_restored_clock():
         (["reward.weights.accuracy=2.0"], ["reward.weights.accuracy"]),
         (["+reward.weights.brevity_typo=0.5"], ["reward.weights.brevity_typo"]),
         (["dataset.train_size=32"], ["dataset.train_size"]),
-        (["model.max_completion_len=48"], ["model.max_completion_len"]),
+        (["model.max_completion_len=40"], ["model.max_completion_len"]),
         (["prefilter=greso"], ["prefilter.name"]),
         (["algo.epsilon=0.3", "max_steps=6"], ["algo.epsilon"]),
         (["eval.temperature=0.5"], ["eval.temperature"]),  # how evals are made defines them, unlike when
