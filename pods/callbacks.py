@@ -19,3 +19,6 @@ class Callback:
 
     def on_step_end(self, trainer, record: dict) -> None:
         """After the update and the step's record are logged, before any eval or checkpoint."""
+
+    def on_loop_end(self, trainer) -> None:
+        """After the last step, before the final eval and checkpoint."""

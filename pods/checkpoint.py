@@ -8,8 +8,9 @@ replaced atomically: a crash in the middle of a save leaves the previous checkpo
 Re-saving a step never deletes the good copy first: the old directory is renamed aside (.old_step_N),
 the new one renamed in, and only then the old one removed; `latest_checkpoint` finds an .old_ copy if a
 kill landed between the two renames. Pruned checkpoints are renamed to .trash_ before deletion, so a
-half-deleted directory never looks like a checkpoint. Each checkpoint has a small meta.json (step, and
-how many metrics.jsonl lines it covers) so a resume can pick one without loading the optimizer state,
+half-deleted directory never looks like a checkpoint; a temporary directory a kill left behind is removed after
+the next save. Each checkpoint has a small meta.json (step, how many metrics.jsonl lines it covers, the config
+it was saved under) so a resume can pick one without loading the optimizer state,
 and the size and SHA-256 of every file, read back from disk at save time: a resume verifies them
 (`verify`) and never loads a damaged or half-written file. A save that fails (a full disk) removes its
 temporary directory and raises one line (CheckpointError); the previous checkpoint and `latest` stay.
@@ -166,14 +167,18 @@ def _digest(path: Path) -> list:
 
 def verify(ckpt: Path) -> str | None:
     """What is wrong with a checkpoint's files (a size or checksum that differs from what was saved, a file
-    missing, meta.json unreadable), or None. Checkpoints of older pods have no checksums: not checked."""
+    missing, meta.json unreadable or lacking its fields), or None. Checkpoints of older pods have no
+    checksums: not checked."""
     try:
-        files = json.loads((ckpt / META).read_text()).get("files")
+        meta = json.loads((ckpt / META).read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         return f"{META} unreadable ({type(e).__name__})"
-    for name, (size, digest) in (files or {}).items():
+    bad = meta_problem(meta, ckpt)
+    if bad:
+        return f"{META} {bad}"
+    for name, (size, digest) in (meta.get("files") or {}).items():
         path = ckpt / name
         if not path.is_file():
             return f"{name} missing"
@@ -181,6 +186,38 @@ def verify(ckpt: Path) -> str | None:
             return f"{name} is {path.stat().st_size} bytes, {size} were saved"
         if _digest(path)[1] != digest:
             return f"{name} checksum differs from the one saved"
+    return None
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def meta_problem(meta, ckpt: Path) -> str | None:
+    """What meta.json lacks or holds of the wrong kind (valid JSON is not enough), or None. `step` is
+    required and must be the directory's; the other fields, when present, must have their types."""
+    if not isinstance(meta, dict):
+        return "is not a JSON object"
+    step = meta.get("step")
+    if not _int(step) or step < 0:
+        return f"has no valid step ({step!r})"
+    name = ckpt.name.removeprefix(".old_")
+    if name.startswith("step_") and name[5:].isdigit() and int(name[5:]) != step:
+        return f"says step {step}, its directory {name}"
+    files = meta.get("files")
+    if files is not None and not (
+        isinstance(files, dict)
+        and all(
+            isinstance(v, list) and len(v) == 2 and _int(v[0]) and isinstance(v[1], str)
+            for v in files.values()
+        )
+    ):
+        return "has a malformed file list"
+    for key in ("metrics_lines", "last_eval_step"):
+        if meta.get(key) is not None and not _int(meta[key]):
+            return f"has a malformed {key} ({meta[key]!r})"
+    if meta.get("config") is not None and not isinstance(meta["config"], dict):
+        return "has a malformed config"
     return None
 
 
@@ -213,6 +250,8 @@ def _remove(path: Path, ckpt_root: Path) -> None:
 def _prune(ckpt_root: Path, keep_last: int) -> None:
     for trash in ckpt_root.glob(".trash_*"):  # a deletion a kill interrupted: finish it
         shutil.rmtree(trash, ignore_errors=True)
+    for torn in ckpt_root.glob(".tmp_step_*"):  # saves a kill (or a second Ctrl-C) cut short; the run dir's
+        shutil.rmtree(torn, ignore_errors=True)  # lock (pods/runlock.py) says no other process is writing one
     done = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
     for old in done[: max(len(done) - max(keep_last, 1), 0)]:  # the newest is always kept
         _remove(old, ckpt_root)

@@ -21,6 +21,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.errors import ConfigError, at_least, choice, interval, number, positive
 
@@ -450,8 +451,12 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
+    """When a run saves (pods/signals.py, README "What a run writes"): every 30 minutes of training clock (the
+    paper's runs: a crash loses at most that), at the end, and at the step boundary after Ctrl-C or SIGTERM
+    (or Slurm's time-limit signal). checkpoint.every_steps adds a step period; 0 turns a period off."""
+
     every_steps: int = 0  # 0 = off
-    every_seconds: float = 0.0  # training-clock seconds between checkpoints (paper: 1800)
+    every_seconds: float = 1800.0  # training-clock seconds between checkpoints (0 = off; the paper: 1800)
     keep_last: int = 2
     save_final: bool = True
 
@@ -553,7 +558,27 @@ def settings(cfg: Any) -> TrainConfig:
             **node.get("sections", {}),
             **{k: node.pop(k) for k in list(node) if k not in own},
         }
-    return OmegaConf.to_object(OmegaConf.merge(schema(), data))
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(schema(), data))
+    except OmegaConfBaseException as e:  # a key added with + (`+optim.lrr=1`) that the schema lacks
+        raise ConfigError(schema_error(e)) from None
+
+
+def schema_error(e: Exception) -> str:
+    """One line for a key or value the schema refuses: the key, what is wrong, the keys that are there
+    (the closest first)."""
+    import difflib
+
+    key = str(getattr(e, "full_key", "") or "")
+    msg = str(getattr(e, "msg", "") or e).strip().splitlines()[0]
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(schema(), parent) if parent else schema()
+    if isinstance(e, (ConfigKeyError, ConfigAttributeError)) and OmegaConf.is_dict(node):
+        keys = [str(k) for k in node]
+        close = difflib.get_close_matches(leaf, keys, n=1)
+        hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
+        return f"{key} is not a key of {parent or 'the config'}{hint} (its keys: {', '.join(keys)})"
+    return f"{key}: {msg}" if key else msg
 
 
 def as_container(c: TrainConfig) -> dict:

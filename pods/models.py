@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import os
+import zipfile
 from pathlib import Path
 
 import torch
@@ -73,6 +75,11 @@ def check_model_source(model: ModelConfig, hardware: HardwareConfig) -> None:
             raise ConfigError(
                 f"model.path={path!r}: no config.json there (a saved transformers model directory)"
             )
+        problem = local_model_problem(Path(path), model.trust_remote_code)
+        if problem:
+            raise ConfigError(
+                f"model.path={path!r}: {problem}; save the model again (save_pretrained) or fix the path"
+            )
         return
     prepare_hub_access()
     from huggingface_hub import try_to_load_from_cache
@@ -92,8 +99,87 @@ def check_model_source(model: ModelConfig, hardware: HardwareConfig) -> None:
         raise ConfigError("hardware.load_in_4bit=true needs bitsandbytes: pip install bitsandbytes")
 
 
+WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def local_model_problem(path: Path, trust_remote_code: bool = False) -> str | None:
+    """What makes a local model directory unloadable, found without loading it, or None: a JSON file that
+    does not parse (config, tokenizer, index), a config transformers cannot read, no weights file, a
+    weights file (or a shard an index names) that is missing or truncated."""
+    from transformers import AutoConfig
+
+    for f in sorted(path.glob("*.json")):
+        try:
+            json.loads(f.read_bytes())
+        except (OSError, ValueError, RecursionError) as e:
+            return f"{f.name} is not valid JSON ({type(e).__name__}: {str(e)[:80]}; truncated?)"
+    try:
+        AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - transformers raises several types for a config it cannot read
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return f"config.json cannot be read by transformers ({type(e).__name__}: {first})"
+    found = [w for w in WEIGHTS if (path / w).exists()]
+    if not found:
+        return f"no weights file ({', '.join(WEIGHTS)})"
+    name = found[0]
+    if name.endswith(".index.json"):
+        index = json.loads((path / name).read_text())
+        shards = sorted(set((index.get("weight_map") or {}).values())) if isinstance(index, dict) else []
+        if not shards:
+            return f"{name} names no weight shards"
+    else:
+        shards = [name]
+    for shard in shards:
+        problem = weights_file_problem(path / shard)
+        if problem:
+            return problem
+    return None
+
+
+def weights_file_problem(f: Path) -> str | None:
+    """A missing or truncated weights file: safetensors by its header (8-byte length, JSON, the tensors'
+    offsets: the file must be exactly as long as they say), a torch zip by its central directory."""
+    if not f.is_file():
+        return f"{f.name} is missing"
+    size = f.stat().st_size
+    if f.suffix == ".safetensors":
+        with open(f, "rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                return f"{f.name} is truncated or not safetensors ({size} bytes)"
+            try:
+                header = json.loads(fh.read(n))
+                end = max(
+                    (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0
+                )
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+                return f"{f.name} has an unreadable header (truncated or not safetensors)"
+        if size != 8 + n + end:
+            return f"{f.name} is {size} bytes, its header says {8 + n + end} (truncated or damaged)"
+        return None
+    with open(f, "rb") as fh:
+        zipped = fh.read(2) == b"PK"
+    if size == 0 or (zipped and not zipfile.is_zipfile(f)):
+        return f"{f.name} is truncated ({size} bytes)"
+    return None
+
+
 def load_tokenizer(model: ModelConfig):
-    tok = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    try:
+        tok = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    except (OfflineError, ConfigError):
+        raise
+    except Exception as e:  # noqa: BLE001 - missing or broken tokenizer files: one line, before the model loads
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ConfigError(
+            f"model.path={model.path!r}: its tokenizer cannot be loaded ({type(e).__name__}: {first})"
+        ) from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

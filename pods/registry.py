@@ -11,9 +11,13 @@ checked and typed with the rest of the config before anything loads (pods/compon
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import traceback
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
+
+from pods.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -27,7 +31,10 @@ class Registry(Generic[T], dict):
     def register(self, name: str, settings: type | None = None) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self and self[name] is not obj:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+                raise ConfigError(
+                    f"{self.kind} {name!r} is already registered (by {_origin(self[name])}); "
+                    f"{_origin(obj)} registers another under that name: give it a name of its own"
+                )
             self[name] = obj
             if settings is not None:
                 self.settings[name] = settings
@@ -42,14 +49,63 @@ class Registry(Generic[T], dict):
         return self[name]
 
 
+def _origin(obj) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
 def import_submodules(package: str) -> None:
-    """Import every module of `package` (not its subpackages' modules), so each registers what it defines."""
+    """Import every module of `package` (not its subpackages' modules), so each registers what it defines.
+    A module whose import raises (a file added to the package with a bug) is one ConfigError line."""
     pkg = importlib.import_module(package)
     for info in pkgutil.iter_modules(pkg.__path__, f"{package}."):
-        importlib.import_module(info.name)
+        try:
+            importlib.import_module(info.name)
+        except ConfigError:
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a module's import may raise anything
+            raise ConfigError(f"{info.name} failed to import: {raised(e, info.name)}") from None
 
 
 def load_plugins(modules: Iterable[str]) -> None:
-    """Import the config's `plugins:` modules (dotted names on sys.path); their decorators register them."""
+    """Import the config's `plugins:` modules (dotted names on sys.path); their decorators register them.
+    A module that is not found, or whose import raises anything (a syntax error, a bug, a name registered
+    twice, a sys.exit), is one ConfigError line naming the module, the error and where it was raised."""
+    modules = list(modules)
     for name in modules:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name and name != e.name and not name.startswith(e.name + "."):  # the plugin's own import
+                raise ConfigError(f"plugins: {name!r} failed to import: {raised(e, name)}") from None
+            raise ConfigError(
+                f"plugins={modules}: cannot import {name!r} ({e}); is it on PYTHONPATH?"
+            ) from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's import may raise anything
+            raise ConfigError(f"plugins: {name!r} failed to import: {raised(e, name)}") from None
+
+
+def raised(e: BaseException, module: str | None = None) -> str:
+    """`Type: message (file:line)`: the message's first line and where it was raised: in `module`'s own file
+    when the traceback passes there (a plugin's line, not the library it called), else the innermost frame
+    outside importlib."""
+    text = str(e).strip()
+    msg = f": {text.splitlines()[0]}" if text else ""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+    origin = _origin_file(module)
+    own = [f for f in frames if origin and f.filename == origin]
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f" ({e.filename}:{e.lineno})"
+    else:
+        frame = (own or frames or [None])[-1]
+        where = f" ({frame.filename}:{frame.lineno})" if frame else ""
+    return f"{type(e).__name__}{msg}{where}"
+
+
+def _origin_file(module: str | None) -> str | None:
+    if not module:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception:  # noqa: BLE001 - a broken parent package: no file to name
+        return None
+    return spec.origin if spec else None

@@ -112,13 +112,26 @@ class Checkpointer:
                 "step": step,
                 "metrics_lines": meta.get("metrics_lines"),
                 "last_eval_step": last_eval,
+                "config": meta.get("config"),  # the config it was saved under (None: an older pods)
             }
         if gap is not None:
             raise MetricsGapError(
                 f"{gap} No checkpoint older than step {gap.step} is left to recompute it from.", 0
             )
-        if found:
-            raise ConfigError(f"resume=true: no checkpoint in {self.root} can be read")
+        run_dir = self.root.parent
+        records, last = count_records(self.metrics)
+        if found or records:  # a resume from nothing would start over and overwrite what is there: refuse
+            why = (
+                f"none of its {len(found)} checkpoints can be read (the lines above say why)"
+                if found
+                else f"there is no checkpoint (checkpoints/ is {'empty' if self.root.is_dir() else 'missing'})"
+            )
+            held = f"metrics.jsonl holds {records} records (up to step {last}), but " if records else ""
+            raise ConfigError(
+                f"resume=true: {run_dir}: {held}{why}; resuming would start the run over and overwrite "
+                f"{'them' if records else 'it'}. To start over on purpose, move {run_dir} aside (or delete its "
+                "metrics.jsonl and checkpoints/) and run without resume=true, or choose another hydra.run.dir"
+            )
         return {}
 
     def restore(self, plan: dict, model, optimizer, components: dict, rank_components: dict) -> int:
@@ -149,6 +162,26 @@ class Checkpointer:
 
 
 FORMAT = 2
+
+
+def count_records(path: Path) -> tuple[int, int]:
+    """(records, last step) of a metrics.jsonl: lines that parse as JSON objects (a line torn by a kill,
+    or blank, is none); (0, -1) when there is no file."""
+    n, last = 0, -1
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return 0, -1
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            n += 1
+            step = rec.get("step")
+            last = max(last, step) if isinstance(step, int) else last
+    return n, last
 
 
 def _part(states: dict, name: str, path: Path) -> dict:

@@ -26,8 +26,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pods.callbacks import Callback
 from pods.errors import ConfigError
+from pods.signals import StopOnSignal
 
 log = logging.getLogger("pods")
 
@@ -103,35 +103,24 @@ def setup(cfg: DictConfig) -> None:
             cfg.resume = True
 
 
-class RequeueOnSignal(Callback):
+class RequeueOnSignal(StopOnSignal):
     """A time-limit warning (SIGUSR2) or a preemption/requeue (SIGTERM) ends the run at the next step
-    boundary with a checkpoint, so that the requeued job loses nothing. The handlers only note the signal;
-    saving inside one would catch the loop half-way through a step."""
+    boundary with a checkpoint, so that the requeued job loses nothing; Ctrl-C (SIGINT, an interactive srun)
+    as everywhere (pods/signals.py, whose mechanism this extends: the handlers only note the signal)."""
 
-    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+    SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)  # the previous SIGUSR2 handler: submitit's
 
-    def __init__(self):
-        self.caught = 0
-        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}  # submitit's, under submitit
-
-    def _note(self, signum, frame) -> None:
+    def after_save(self, trainer, signum: int) -> None:
         # SIGTERM (15) outranks SIGUSR2 (12), here and across ranks: Slurm is requeueing or ending the job
         # itself, and a requeue of our own would then be refused
-        self.caught = max(self.caught, signum)
-
-    def on_step_start(self, trainer) -> None:
-        # all ranks stop at the same step (the save is a collective under FSDP): the highest signal number wins
-        signum = int(trainer.dist.max(self.caught))
-        if not signum:
-            return
-        if trainer.changes != trainer.saved_changes:
-            trainer.save()
+        if signum == signal.SIGINT:
+            return super().after_save(trainer, signum)
         then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         name = signal.Signals(signum).name
         log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
         if signum == signal.SIGUSR2:
             self._requeue(trainer)
-        sys.exit(128 + signum)  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends the job
+        # then StopOnSignal exits 128 + signum. SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends it
 
     def _requeue(self, trainer) -> None:
         """Requeue this job: submitit's handler under submitit (it updates its pickle, runs `scontrol requeue`

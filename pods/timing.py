@@ -136,6 +136,10 @@ class Every:
 
     def due(self, step: int, clock: float) -> bool:
         due = self.steps > 0 and step % self.steps == 0
+        if self.next_time is None:  # resumed under another period: the new grid, from the restored clock
+            self.next_time = (
+                (math.floor(clock / self.seconds) + 1) * self.seconds if self.seconds > 0 else math.inf
+            )
         if clock >= self.next_time:
             due = True
             while self.next_time <= clock:  # the next point on the fixed grid
@@ -143,7 +147,10 @@ class Every:
         return due
 
     def state_dict(self) -> dict:
-        return {"next_time": self.next_time}
+        return {"next_time": self.next_time, "seconds": self.seconds}
 
     def load_state_dict(self, state: dict) -> None:
-        self.next_time = state["next_time"]
+        """The saved grid, unless the period changed since (eval and checkpoint cadence may change on
+        resume): then the next point of the new grid, set at the next due()."""
+        same = state.get("seconds", self.seconds) == self.seconds  # checkpoints of older pods: no period
+        self.next_time = state["next_time"] if same else None

@@ -60,13 +60,25 @@ def run_info_for(c: TrainConfig) -> dict:
 
 
 def write_run_info(
-    c: TrainConfig, run_dir: Path, data: dict, world: int, threads: int, is_main: bool
+    c: TrainConfig, run_dir: Path, data: dict, world: int, threads: int, is_main: bool, keep: bool = False
 ) -> dict:
     """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
+    `keep` (a resume): the file as the run's first start wrote it is kept (fields it lacks are added); this
+    start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file."""
     path = run_dir / "run_info.json"
     info = run_info_for(c)
-    old = json.loads(path.read_text()) if is_main and path.exists() else {}
+    try:
+        old = json.loads(path.read_text()) if is_main and path.exists() else {}
+    except (OSError, ValueError):
+        old = {}
+    old = old if isinstance(old, dict) else {}
+    if keep and old.get("name"):
+        info = {**info, "data": data, "world_size": world, "torch_threads": threads, **old}
+        info.setdefault("wandb_id", uuid.uuid4().hex[:12])
+        if is_main and info != old:
+            path.write_text(json.dumps(info, indent=2))
+        return info
     info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
     info["data"] = data
     info["world_size"] = world

@@ -18,9 +18,10 @@ import hydra
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
+from pods import runlock
+from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema, schema_error
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -48,13 +49,14 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
     already saved is overwritten or mixed with a new run's metrics. The run directory and its
     checkpoints/ must be writable: checked here, not at the first save."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not runlock.main_process():
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(run_dir)
     ckpts = run_dir / "checkpoints"
     check_writable(run_dir, "run_dir")
     if ckpts.exists():
         check_writable(ckpts, "run_dir/checkpoints")
+    runlock.acquire(run_dir)  # held for the run's life: a second process on this dir stops here
     used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
     if not resume and used:
         raise ConfigError(
@@ -84,15 +86,11 @@ def check_task_config(d: DatasetConfig) -> None:
 
 
 def load_plugins(plugins: list[str]) -> None:
-    """Import the modules named in `plugins:`; what they register becomes a valid name (pods.components)."""
+    """Import the modules named in `plugins:`; what they register becomes a valid name (pods.components).
+    Anything their import raises is one ConfigError line (pods.registry.load_plugins)."""
     from pods.registry import load_plugins as load
 
-    try:
-        load(plugins)
-    except ImportError as e:
-        raise ConfigError(
-            f"plugins={list(plugins)}: cannot import {e.name!r} ({e}); is it on PYTHONPATH?"
-        ) from None
+    load(plugins)
 
 
 def preflight(cfg) -> TrainConfig:
@@ -118,16 +116,29 @@ def preflight(cfg) -> TrainConfig:
 
 
 def run(cfg, callbacks=()) -> dict:
-    """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own."""
-    from pods import slurm
+    """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own.
+    Ctrl-C and SIGTERM (and Slurm's signals in a Slurm job) end it with a checkpoint (pods/signals.py)."""
+    from pods import signals, slurm
     from pods.trainer import Trainer
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
-    c = preflight(cfg)
-    trainer = Trainer(c, Path(c.run_dir), callbacks=[*slurm.callbacks(), *callbacks])
-    if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
-        OmegaConf.save(as_container(c), Path(c.run_dir) / "config.yaml")
-    return trainer.train()
+    stop = signals.handler()  # from here a signal is noted; the loop saves and exits at a step boundary
+    run_dir = OmegaConf.select(cfg, "run_dir", default=None)
+    try:
+        c = preflight(cfg)
+        trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
+        config = Path(c.run_dir) / "config.yaml"
+        if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):
+            # the settings the run started with (hardware=auto's choice included), for pods.compare; a
+            # resume's changes go to history.jsonl, not here
+            OmegaConf.save(as_container(c), config)
+        final = trainer.train()
+        stop.check(trainer)  # a signal during the final eval or save: the run is saved; exit as signalled
+        return final
+    finally:
+        stop.uninstall()
+        if run_dir:
+            runlock.release(run_dir)
 
 
 def _fail(msg: str) -> None:
@@ -142,6 +153,11 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.run.dir")
+        if runlock.main_process():  # the run dir's lock, before Hydra writes .hydra/ and its log there
+            try:
+                runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
+            except ConfigError as e:
+                _fail(str(e))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir")
@@ -231,8 +247,12 @@ def main() -> None:
 def compose_error(e: Exception) -> str:
     """What Hydra prints for a config it cannot compose, or one line naming the new key when the key it
     stopped on is a retired spelling set in a YAML file (an old-layout `conf/hardware/mine.yaml`)."""
-    key = getattr(e.__cause__ or e.__context__, "full_key", None)  # the OmegaConf error it stopped on
+    cause = e.__cause__ or e.__context__
+    key = getattr(cause, "full_key", None)  # the OmegaConf error it stopped on
     hint = retired_key(str(key)) if key else None
+    # a key the schema lacks: Hydra's advice ("use +key=...") leads to a refusal too; say what the keys are
+    if not hint and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
+        return f"pods: error: {schema_error(cause)}"
     cause = f"\n{e.__cause__}" if isinstance(e.__cause__, OmegaConfBaseException) else ""
     return f"pods: error: {key} (in a YAML file): {hint}" if hint else f"{e}{cause}"
 

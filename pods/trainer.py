@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING
 
 import torch
 import transformers
+from omegaconf import OmegaConf
 
+from pods import history, runlock
 from pods.checkpoint import RngStreams
 from pods.components import resolve
-from pods.config import TrainConfig, add_special_tokens, validate
+from pods.config import TrainConfig, add_special_tokens, as_container, validate
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import evaluate
@@ -84,8 +86,12 @@ class Trainer:
         set_cuda_allocator(c.hardware, self.device)  # before anything is allocated on the GPU
         self.threads = set_threads(c.hardware.num_threads, self.device.type)  # 0: the free cores
         self.dist = Dist(c.hardware, self.device)
+        # one run per run dir: pods.train took the lock already; a Trainer built in code takes it here
+        if self.dist.is_main:
+            runlock.acquire(self.run_dir)
         self.ckpt = Checkpointer(self.run_dir, self.dist, c.checkpoint.keep_last, c.hardware.lora)
         plan = self.ckpt.plan() if c.resume else None  # a bad resume fails here, before the model loads
+        changed = self._same_experiment(plan) if plan else {}  # a changed experiment: refused here too
         self.tok = load_tokenizer(c.model)
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
@@ -121,9 +127,14 @@ class Trainer:
         self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
         data = {"train": self.train_set.report.__dict__, "eval": self.eval_set.report.__dict__}
         self.run_info = write_run_info(
-            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main
+            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main, keep=bool(plan)
         )
         resume_step = self._resume(plan) if c.resume else None
+        self.resumed_from = resume_step if plan else None  # the checkpoint's step, None: a fresh start
+        self.history_event(
+            "resume" if plan else "start", step=self.step, world_size=self.dist.world,
+            changed={k: list(v) for k, v in changed.items()}, command=history.command(),
+        )  # fmt: skip
         self.logger = (
             MetricsLogger(c.logger, self.run_dir, self.run_info, asdict(c)) if self.dist.is_main else None
         )
@@ -167,6 +178,9 @@ class Trainer:
                     self.evaluate()
                 if self.ckpt_every.due(self.step, self.timer.train_clock):
                     self.save()
+            for cb in self.callbacks:  # a callback written before this hook has none
+                if hasattr(cb, "on_loop_end"):
+                    cb.on_loop_end(self)
         finally:
             if frozen:  # collectable again once the loop is over
                 gc.unfreeze()
@@ -289,18 +303,44 @@ class Trainer:
 
     def save(self) -> None:
         with self.timer.phase("checkpoint"):
-            meta = {"last_eval_step": self.last_eval_step}
+            # the config it is saved under: a resume refuses another experiment (pods/history.py)
+            meta = {"last_eval_step": self.last_eval_step, "config": as_container(self.settings)}
             if self.logger:  # rank 0: the records the checkpoint covers, on disk first
                 self.logger.sync()
                 meta.update(self.logger.state_dict())
             self.ckpt.save(self.step, self.model, self.optimizer, self.components(), {"rng": self.rng}, meta)
             self.saved_changes = self.changes
 
+    def history_event(self, event: str, **fields) -> None:
+        """A line of the run's history.jsonl (pods/history.py): starts, resumes, stops by a signal."""
+        if self.dist.is_main:
+            history.append(self.run_dir, event, **fields)
+
+    def _same_experiment(self, plan: dict) -> dict:
+        """Refuse (ConfigError) a resume whose config differs from the checkpoint's in a key that defines the
+        experiment; returns the free keys that changed, {key: (old, new)}. A checkpoint of an older pods
+        holds no config: then config.yaml, the config the run was last started with."""
+        saved, where = plan.get("config"), Path(plan["path"]).name
+        if saved is None and (self.run_dir / "config.yaml").is_file():
+            try:
+                saved = OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"))
+            except Exception as e:  # noqa: BLE001 - a damaged config.yaml: YAML and OmegaConf raise many types
+                log.warning(
+                    "config.yaml unreadable (%s): the resumed config is not compared", type(e).__name__
+                )
+        if saved is None:
+            log.warning("checkpoint %s holds no config and there is no config.yaml: not compared", where)
+            return {}
+        changed = history.check_same_experiment(saved, as_container(self.settings), where)
+        for key, (old, new) in changed.items():
+            log.info("resume: %s changed from %s to %s (history.jsonl)", key, old, new)
+        return changed
+
     def _resume(self, plan: dict) -> int:
         """Restore everything from the planned checkpoint; returns its step (-1: none, start afresh)."""
-        if not plan:
-            log.warning("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
-            return -1  # drop any metrics a run killed before its first checkpoint wrote
+        if not plan:  # Checkpointer.plan refuses when records would be lost: there are none
+            log.info("resume=true: no checkpoint and no records in %s yet: starting the run", self.run_dir)
+            return -1  # drop what a run killed before its first record left (a torn line)
         self.step = self.ckpt.restore(plan, self.model, self.optimizer, self.components(), {"rng": self.rng})
         self.last_eval_step = plan["last_eval_step"]
         log.info("training clock %.1fs at step %d", self.timer.train_clock, self.step)

@@ -69,6 +69,10 @@ def start_and_kill(run_dir: Path, rng: random.Random, env: dict, kill: bool = Tr
     """Start the run (resuming it); kill it inside its first or second save. None: it finished first (or
     `kill` is off: the run goes to its end)."""
     root, nth = run_dir / "checkpoints", rng.choice([1, 2])
+    if run_dir.exists() and ckpt.latest_checkpoint(root) is None:
+        # killed inside its first save: resume=true refuses to start over on the records it would overwrite;
+        # start over on purpose, as its message says
+        shutil.rmtree(run_dir)
     proc = subprocess.Popen(_cmd(run_dir, run_dir.exists()), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     seen, was, stale = 0, False, _entries(root)

@@ -3,7 +3,9 @@ checked against the model's prompt budget (a prompt that is too long is bad data
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 from dataclasses import dataclass
 
 from pods.config import add_special_tokens
@@ -20,6 +22,22 @@ class PromptSet:
     report: DataReport  # rows read, kept, and bad rows by reason
 
 
+def max_token_chars(tok) -> int | None:
+    """The most characters one token can stand for: its longest vocabulary entry (byte-level BPE writes a
+    byte as one character, so an entry of k characters covers at most k characters of text), twice over for
+    normalisers that shorten text (NFKC). A prompt longer than limit x this is longer than limit tokens.
+    None for a tokenizer without a vocabulary to read (no bound)."""
+    cached = getattr(tok, "_pods_max_token_chars", None)
+    if cached is None:
+        vocab = getattr(tok, "get_vocab", None)
+        if not callable(vocab):
+            return None
+        cached = 2 * max((len(t) for t in vocab()), default=1)
+        with contextlib.suppress(AttributeError):
+            tok._pods_max_token_chars = cached
+    return cached
+
+
 def length_checked(
     examples, fmt, tok, limit: int, report: DataReport, on_bad_rows: str, add_special_tokens: bool = False
 ) -> PromptSet:
@@ -27,15 +45,24 @@ def length_checked(
     Tokens are counted as rollout will see them: with the tokenizer's special tokens (BOS) when
     `add_special_tokens`, as for prompts without a chat template."""
     prompts, answers = [], []
+    reason = f"prompt longer than model.max_prompt_len={limit}"
+    per_token = max_token_chars(tok)
+    max_chars = limit * per_token if per_token else math.inf  # longer in characters: longer in tokens
     for ex in examples:
+        if len(ex.question) > max_chars:  # not tokenized: a 10 MB line cost 20 s in the tokenizer
+            report.add_bad(reason)
+            continue
         p = fmt(ex)
-        if len(tok(p, add_special_tokens=add_special_tokens)["input_ids"]) > limit:
-            report.add_bad(f"prompt longer than model.max_prompt_len={limit}")
+        if len(p) > max_chars or len(tok(p, add_special_tokens=add_special_tokens)["input_ids"]) > limit:
+            report.add_bad(reason)
             continue
         prompts.append(p)
         answers.append(ex.answer)
     report.kept = len(prompts)  # run_info.json's data.kept counts what is left after this filter too
     too_long = {k: v for k, v in report.bad.items() if k.startswith("prompt longer")}
+    if too_long and on_bad_rows != "error":
+        log.warning("%s: %d prompts longer than model.max_prompt_len=%d tokens dropped", report.split,
+                    sum(too_long.values()), limit)  # fmt: skip
     if too_long and on_bad_rows == "error":
         raise DataError(
             f"{report.split}: {too_long}; raise model.max_prompt_len or set dataset.on_bad_rows=skip"
