@@ -303,7 +303,7 @@ def test_a_signal_for_the_trainer_does_not_cost_a_grade(grader, monkeypatch, sig
     for w in workers:  # idle: delivered before the worker can read its next job
         os.kill(w.proc.pid, sig)
     errors, timeouts = grader.n_errors, grader.n_timeouts
-    t = _when_busy(workers, lambda w: os.kill(w.proc.pid, sig))  # mid-job: its deadline is 0.6 s away
+    t = _when_busy(workers, lambda w: w.proc.send_signal(sig))  # mid-job: its deadline is 0.6 s away
     assert grader.score(BOMB, "5") == 0.0
     t.join()
     assert (grader.n_errors, grader.n_timeouts) == (errors, timeouts + 1)  # a timeout, as without the signal
