@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,29 @@ SAME_RUN_KEYS = (
 # on the CPU; tests add down-sampling that keeps fewer rollouts than it draws (8 -> 4) and an lr large enough
 # that 3 steps visibly move the weights.
 SMOKE = ["debug=smoke", "hardware=cpu", "selector.n=8", "selector.m=4", "optim.lr=1e-3"]
+
+
+# PODS_TEST_ORDER_SEED=<int>: run the tests in a random order (scripts/ci_stress.sh --random-order), to show that
+# none depends on another having run first. Modules are shuffled, then the tests inside each, so a module's
+# fixtures are still built once; the same seed gives the same order.
+ORDER_SEED = "PODS_TEST_ORDER_SEED"
+
+
+def pytest_report_header(config):
+    seed = os.environ.get(ORDER_SEED)
+    return f"test order: shuffled with {ORDER_SEED}={seed}" if seed else None
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = os.environ.get(ORDER_SEED)
+    if not seed:
+        return
+    rng = random.Random(int(seed))
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(str(item.path), []).append(item)
+    groups = list(modules.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    items[:] = [item for group in groups for item in group]

@@ -3,12 +3,16 @@ see every step; the training clock counts the step's phases."""
 
 from __future__ import annotations
 
+import gc
+from types import SimpleNamespace
+
+import pytest
 import torch
 
 from pods.callbacks import Callback
 from pods.tracking import read_metrics
 from pods.trainer import Trainer
-from tests.conftest import SMOKE
+from tests.conftest import SMOKE, compose_cfg
 
 
 def test_one_step_changes_parameters_and_logs_loss(make_cfg, tmp_path):
@@ -36,21 +40,41 @@ class Count(Callback):
         self.ends.append(record["update/rows"])
 
 
-def test_train_runs_to_max_steps_with_callbacks_and_a_final_eval(make_cfg, tmp_path):
-    cb = Count()
-    cfg = make_cfg(*SMOKE, "max_steps=2", "eval.at_start=false", "checkpoint.save_final=false")
-    final = Trainer(cfg, tmp_path / "run", callbacks=[cb]).train()
-    assert cb.starts == 2 and len(cb.ends) == 2 and all(rows > 0 for rows in cb.ends)
+class Frozen(Callback):
+    """Python's permanent generation's size as each step starts."""
+
+    def __init__(self):
+        self.counts = []
+
+    def on_step_start(self, trainer):
+        self.counts.append(gc.get_freeze_count())
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory):
+    """One 3-step run with a final eval (no checkpoint) that the tests below read: callbacks and the heap's
+    freeze count seen by each step, the final eval, the records."""
+    run_dir = tmp_path_factory.mktemp("three_steps") / "run"
+    count, frozen = Count(), Frozen()
+    cfg = compose_cfg([*SMOKE, "max_steps=3", "eval.at_start=false", "checkpoint.save_final=false"], run_dir)
+    final = Trainer(cfg, run_dir, callbacks=[count, frozen]).train()
+    return SimpleNamespace(
+        count=count, frozen=frozen, final=final, freeze_after=gc.get_freeze_count(),
+        records=read_metrics(run_dir / "metrics.jsonl"),
+    )  # fmt: skip
+
+
+def test_train_runs_to_max_steps_with_callbacks_and_a_final_eval(three_steps):
+    cb, final = three_steps.count, three_steps.final
+    assert cb.starts == 3 and len(cb.ends) == 3 and all(rows > 0 for rows in cb.ends)
     assert 0.0 <= final["eval/accuracy"] <= 1.0 and final["eval/questions"] == 16
-    kinds = [(r["kind"], r["step"]) for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
-    assert kinds == [("train", 1), ("train", 2), ("eval", 2)]
+    kinds = [(r["kind"], r["step"]) for r in three_steps.records]
+    assert kinds == [("train", 1), ("train", 2), ("train", 3), ("eval", 3)]
 
 
 def test_a_composed_config_is_checked_before_anything_loads(make_cfg, tmp_path):
     """Trainer(cfg) straight from a composed config (as benchmarks build it) runs every group's check: a bad
     value is a one-line ConfigError naming the key, raised before the run directory or model exist."""
-    import pytest
-
     from pods.config import ConfigError
 
     for override, key in (
@@ -62,24 +86,11 @@ def test_a_composed_config_is_checked_before_anything_loads(make_cfg, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
-def test_the_heap_is_frozen_after_the_first_step_and_thawed_after_the_loop(make_cfg, tmp_path):
+def test_the_heap_is_frozen_after_the_first_step_and_thawed_after_the_loop(three_steps):
     """Objects alive after step 1 move to Python's permanent generation (full collections skip them), timed
     as the `gc` phase on the training clock; the loop's end makes them collectable again."""
-    import gc
-
-    class Frozen(Callback):
-        def __init__(self):
-            self.counts = []
-
-        def on_step_start(self, trainer):
-            self.counts.append(gc.get_freeze_count())
-
-    cb = Frozen()
-    cfg = make_cfg(
-        *SMOKE, "max_steps=3", "eval.at_start=false", "eval.at_end=false", "checkpoint.save_final=false"
-    )
-    Trainer(cfg, tmp_path / "run", callbacks=[cb]).train()
-    assert cb.counts[0] == 0 and cb.counts[1] > 1000 and cb.counts[2] > 1000  # (freed ones leave it)
-    assert gc.get_freeze_count() == 0
-    train = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
+    counts = three_steps.frozen.counts
+    assert counts[0] == 0 and counts[1] > 1000 and counts[2] > 1000  # (freed ones leave it)
+    assert three_steps.freeze_after == 0
+    train = [r for r in three_steps.records if r["kind"] == "train"]
     assert "timing/gc" not in train[0] and train[1]["timing/gc"] > 0

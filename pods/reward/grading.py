@@ -179,21 +179,23 @@ class Pool:
         self._procs: list[subprocess.Popen] = []  # every process started, for the finaliser
         self._finalizer = weakref.finalize(self, _kill_all, self._procs, os.getpid())
         self._workers = [self._spawn() for _ in range(size)]
-        deadline, exits = time.monotonic() + START_TIMEOUT_S, []
-        # A worker that dies before it is ready (a stray signal, a crash while it imports) is started again,
-        # up to START_RETRIES deaths per worker; the first ready worker lets the run go on.
+        deadline, exits, limit = time.monotonic() + START_TIMEOUT_S, [], START_RETRIES * size
+        # A worker that dies before it is ready (a stray signal, a crash while it imports) is started again
+        # until the pool has seen `limit` deaths; the first ready worker lets the run go on. Workers that die in
+        # the same pass are all counted, so the pool can give up having seen up to limit + size - 1 deaths.
         while not any(w.ready for w in self._workers) and time.monotonic() < deadline:
             for w in [w for w in self._workers if w.dead]:
                 exits.append(w.proc.wait())
-                if len(exits) < START_RETRIES * size:
+                if len(exits) < limit:
                     self._replace(w)
-            if len(exits) >= START_RETRIES * size:
+            if len(exits) >= limit:
                 break
             self._pump(deadline)
         if not any(w.ready for w in self._workers):
             self.close()
             why = (
-                f"its processes exited {len(exits)} times before they were ready (last: {_exit_status(exits[-1])})"
+                f"its processes exited {len(exits)} times before they were ready (it gives up after {limit}; "
+                f"last: {_exit_status(exits[-1])})"
                 if exits
                 else f"none was ready within {START_TIMEOUT_S:.0f} s"
             )

@@ -3,10 +3,11 @@ tensor (DTensor.full_tensor, as before) and gathered per unit inside Dist.full_w
 after the shards moved. Rank 0 saves both copies' weights and the FSDP all-gathers the per-unit refresh issued, and whether the policy held full tensors inside
 the block and shards after it.
 
-    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt [layer|pairs|one]
+    torchrun --nproc_per_node 2 tests/e2e/sync_ranks.py out.pt [layer|pairs|one][,...]
 
 The model has 4 decoder layers; the last argument groups them into FSDP units (update.fsdp_unit_params): one
-per layer (default), two of two layers, or one of all four.
+per layer (default), two of two layers, or one of all four. Several groupings, comma-separated, run one after
+the other in the same launch, each on a model of its own; out.pt holds {grouping: what that grouping saved}.
 
 A third copy is refreshed a unit at a time (Dist.gathered_units, `only=` each unit's names), as the Trainer
 refreshes the HF backend's copy: the same weights, one all-gather per unit, at most two units whole at once.
@@ -30,7 +31,14 @@ from tests.conftest import random_qwen2  # noqa: E402
 from tests.e2e.update_ranks import count_all_gathers  # noqa: E402
 
 
-def main(out: str, grouping: str = "layer") -> None:
+def main(out: str, groupings: str = "layer") -> None:
+    saved = {grouping: one_grouping(grouping) for grouping in groupings.split(",")}
+    if all(r is not None for r in saved.values()):  # rank 0
+        torch.save(saved, out)
+
+
+def one_grouping(grouping: str) -> dict | None:
+    """What rank 0 saves for one grouping (None on the other ranks)."""
     from types import SimpleNamespace
 
     dist = Dist(SimpleNamespace(distributed="fsdp"), torch.device("cpu"))
@@ -61,16 +69,12 @@ def main(out: str, grouping: str = "layer") -> None:
             whole.append(sorted(n for n, p in model.named_parameters() if not hasattr(p, "full_tensor")))
             windowed.sync(model, only=names)
     resharded = resharded and all(hasattr(p, "full_tensor") for p in model.parameters())
-    if dist.is_main:
-        torch.save(
-            {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
-             "unit_gathers": unit_gathers[0],
-             "plain": plain, "resharded": resharded,
-             "units": units,
-             "windowed": take(windowed), "window_gathers": window_gathers[0], "whole": whole,
-             "named": named, "all_names": sorted(n for n, _ in model.named_parameters())},
-            out,
-        )  # fmt: skip
+    if not dist.is_main:
+        return None
+    return {"per_tensor": take(per_tensor), "per_unit": take(per_unit), "before": before,
+            "unit_gathers": unit_gathers[0], "plain": plain, "resharded": resharded, "units": units,
+            "windowed": take(windowed), "window_gathers": window_gathers[0], "whole": whole,
+            "named": named, "all_names": sorted(n for n, _ in model.named_parameters())}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -9,21 +13,40 @@ from transformers import AutoModelForCausalLM
 from pods.checkpoint import latest_checkpoint
 from pods.tracking import read_metrics
 from pods.train import run
-from tests.conftest import SAME_RUN_KEYS, SMOKE
+from tests.conftest import SAME_RUN_KEYS, SMOKE, compose_cfg
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _weights(path):
     return AutoModelForCausalLM.from_pretrained(path).state_dict()
 
 
-def test_smoke_run_writes_metrics_and_changes_parameters(make_cfg, tmp_path):
-    cfg = make_cfg(*SMOKE, "eval.every_steps=2", "checkpoint.every_steps=2")
-    run(cfg)
-    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+@pytest.fixture(scope="module")
+def readme_smoke(tmp_path_factory) -> Path:
+    """README's `python -m pods.train debug=smoke` (on the CPU), run once from the command line: the tests below
+    read its run directory."""
+    run_dir = tmp_path_factory.mktemp("smoke") / "r"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pods.train", "debug=smoke", "hardware=cpu", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir
+
+
+def test_readme_smoke_command_runs(readme_smoke):
+    recs = read_metrics(readme_smoke / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["kind"] == "train"] == [1, 2, 3]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 3]
+
+
+def test_smoke_run_writes_metrics_and_changes_parameters(readme_smoke):
+    recs = read_metrics(readme_smoke / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
-    evals = [r for r in recs if r["kind"] == "eval"]
-    assert [r["step"] for r in train] == [1, 2, 3]
-    assert [r["step"] for r in evals] == [0, 2, 3]
     updated = [r for r in train if r["update/skipped"] == 0.0]
     assert updated, "every step skipped its update: nothing was trained"
     for key in (
@@ -37,11 +60,12 @@ def test_smoke_run_writes_metrics_and_changes_parameters(make_cfg, tmp_path):
     ):
         assert key in updated[-1], key
     assert updated[-1]["update/rows"] > 0 and updated[-1]["update/grad_norm"] > 0
-    assert all(r["train_time"] > 0 for r in train) and train[-1]["rollouts"] == 3 * 2 * 8
+    assert all(r["train_time"] > 0 for r in train) and train[-1]["rollouts"] == 3 * 2 * 4  # smoke: n = 4
     clocks = [r["train_time"] for r in recs]
     assert clocks == sorted(clocks)  # eval records carry the training clock
-    final = latest_checkpoint(tmp_path / "run" / "checkpoints")
-    before, after = _weights(cfg.model.path), _weights(final / "model")
+    final = latest_checkpoint(readme_smoke / "checkpoints")
+    model_path = compose_cfg(["debug=smoke", "hardware=cpu"]).model.path
+    before, after = _weights(model_path), _weights(final / "model")
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed, "no parameter changed"
 
@@ -77,23 +101,3 @@ def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_
     wa = _weights(latest_checkpoint(tmp_path / "full" / "checkpoints") / "model")
     wb = _weights(latest_checkpoint(tmp_path / "part" / "checkpoints") / "model")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-
-
-def test_readme_smoke_command_runs(tmp_path):
-    """README's `python -m pods.train debug=smoke`."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pods.train", "debug=smoke", "hardware=cpu", f"hydra.run.dir={tmp_path}/r"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    recs = read_metrics(tmp_path / "r" / "metrics.jsonl")
-    assert [r["step"] for r in recs if r["kind"] == "train"] == [1, 2, 3]
-    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 3]

@@ -12,34 +12,35 @@ import pytest
 import torch
 
 from bench.harness import torchrun_command
-from scripts.check_update_ranks import run
+
+SCRIPT = Path(__file__).with_name("update_ranks.py")  # as scripts/check_update_ranks.py launches it
+KINDS = ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units", "fsdp_pairs", "fsdp_pairs_prefetch"]
 
 
-def _run(procs: int, kind: str, out: Path) -> dict:
-    try:
-        return run(procs, kind, "cpu", out, timeout=300)
-    except SystemExit as e:  # a failed launch: its stderr
-        pytest.fail(str(e))
+def _launch(procs: int, kinds: list[str], out: Path) -> dict:
+    """One torchrun launch of update_ranks.py by `procs` processes running `kinds` one after the other (each on a
+    model of its own): {kind: its saved update}."""
+    cmd = [*torchrun_command(procs), str(SCRIPT), str(out), ",".join(kinds), "cpu"]
+    proc = subprocess.run(
+        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"{kinds} x{procs} failed:\n{proc.stderr[-3000:]}")
+    return {k: torch.load(out / f"{k}.pt") for k in kinds} if len(kinds) > 1 else {kinds[0]: torch.load(out)}
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """(procs, kind) -> that launch's saved update, each launched once for the module's tests."""
-    done: dict[tuple[int, str], dict] = {}
+    """(procs, kind) -> that kind's saved update: one process (none) in one launch, every 2-process kind in one
+    more, for the module's tests."""
     work = tmp_path_factory.mktemp("update_ranks")
-
-    def get(procs: int, kind: str) -> dict:
-        if (procs, kind) not in done:
-            done[(procs, kind)] = _run(procs, kind, work / f"{kind}_{procs}.pt")
-        return done[(procs, kind)]
-
-    return get
+    done = {(1, "none"): _launch(1, ["none"], work / "none_1.pt")["none"]}
+    done.update({(2, k): r for k, r in _launch(2, KINDS, work / "two").items()})
+    return lambda procs, kind: done[(procs, kind)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "kind", ["ddp", "fsdp", "fsdp_keep", "fsdp_prefetch", "fsdp_units", "fsdp_pairs", "fsdp_pairs_prefetch"]
-)
+@pytest.mark.parametrize("kind", KINDS)
 def test_one_and_two_processes_give_the_same_update(launched, kind):
     one = launched(1, "none")
     two = launched(2, kind)
@@ -75,20 +76,27 @@ def test_fsdp_all_gathers_once_per_unit_per_pass(launched):
             assert gathers[k] == 2 * (2 * layer_units + 1), (k, gathers)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("grouping,expected_units", [("layer", 5), ("pairs", 3), ("one", 2)])  # root included
-def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(
-    tmp_path, grouping, expected_units
-):
-    """The Trainer refreshes its bf16 generation copy inside Dist.full_weights: one all-gather per FSDP unit in
-    the compute dtype instead of one per tensor in float32; the copy's weights are the same, bit for bit."""
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory) -> dict:
+    """sync_ranks.py's three groupings, in one launch of 2 processes (each grouping on a model of its own)."""
+    out = tmp_path_factory.mktemp("sync_ranks") / "sync.pt"
     script = Path(__file__).with_name("sync_ranks.py")
-    cmd = [*torchrun_command(2), str(script), str(tmp_path / "sync.pt"), grouping]
+    cmd = [*torchrun_command(2), str(script), str(out), "layer,pairs,one"]
     proc = subprocess.run(
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = torch.load(tmp_path / "sync.pt")
+    return torch.load(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grouping,expected_units", [("layer", 5), ("pairs", 3), ("one", 2)])  # root included
+def test_the_generation_copy_refreshed_per_fsdp_unit_equals_the_per_tensor_refresh(
+    synced, grouping, expected_units
+):
+    """The Trainer refreshes its bf16 generation copy inside Dist.full_weights: one all-gather per FSDP unit in
+    the compute dtype instead of one per tensor in float32; the copy's weights are the same, bit for bit."""
+    r = synced[grouping]
     assert r["per_unit"].keys() == r["per_tensor"].keys()
     for k, w in r["per_tensor"].items():
         assert w.dtype == torch.bfloat16 and torch.equal(r["per_unit"][k], w), k

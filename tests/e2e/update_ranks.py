@@ -3,6 +3,7 @@ its share of the groups, as the Trainer shards prompts); rank 0 saves the update
 
     torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt ddp     # or fsdp, fsdp_keep; 1 process: none
     torchrun --nproc_per_node 2 tests/e2e/update_ranks.py out.pt fsdp cuda   # one GPU per process, NCCL
+    torchrun --nproc_per_node 2 tests/e2e/update_ranks.py outdir ddp,fsdp    # one after the other: outdir/<kind>.pt
 
 tests/e2e/test_update_ranks.py compares 1 process with 2 on CPU (gloo, float32: the same global batch, so the
 same update); scripts/check_update_ranks.py does it on GPUs, where the update runs as the Trainer runs it (a
@@ -48,7 +49,19 @@ def count_all_gathers():
         pg.foreach_all_gather = real
 
 
-def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", micro: str = "2") -> None:
+def main(out: str, kinds: str, device_type: str = "cpu", precision: str = "", micro: str = "2") -> None:
+    """One update per kind; several kinds (comma-separated) run one after the other in this launch, each on a
+    model and optimizer of its own, and save to out/<kind>.pt (one kind: to out). Rank 0 saves."""
+    names = kinds.split(",")
+    for kind in names:
+        saved = update_once(kind, device_type, precision, micro)
+        if saved is not None:
+            path = Path(out, f"{kind}.pt") if len(names) > 1 else Path(out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(saved, path)
+
+
+def update_once(kind: str, device_type: str, precision: str, micro: str) -> dict | None:
     """precision: "" = the Trainer's on this device (bf16 autocast on a GPU, float32 on a CPU); "bf16" = bf16
     autocast on a CPU too (the GPU's precision, reproducible without one). kind: none (one process), ddp or
     fsdp, then any of these flags, each after an underscore: keep (FSDP keeps its gathered weights), gather32
@@ -104,12 +117,10 @@ def main(out: str, kind: str, device_type: str = "cpu", precision: str = "", mic
     weights, _ = dist.full_state(dist.unwrap(train_model), opt)  # FSDP: gathered; else None
     if weights is None:
         weights = dist.unwrap(train_model).state_dict()
-    if dist.is_main:
-        weights = {k: v.detach().cpu() for k, v in weights.items() if k != "lm_head.weight"}  # tied
-        torch.save(
-            {"weights": weights, "start": start, "stats": stats, "all_gathers": gathers[0], "units": units},
-            out,
-        )
+    if not dist.is_main:
+        return None
+    weights = {k: v.detach().cpu() for k, v in weights.items() if k != "lm_head.weight"}  # tied
+    return {"weights": weights, "start": start, "stats": stats, "all_gathers": gathers[0], "units": units}
 
 
 if __name__ == "__main__":

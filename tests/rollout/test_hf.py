@@ -4,8 +4,8 @@ but the compiler itself: shapes, padding rows, the cache, the copy's weights, th
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,9 +100,8 @@ def test_compile_warm_up_is_timed_outside_the_training_clock(tiny, loop):
     with timer.phase("generation"):
         g.generate(PROMPTS[:1], [0], 4, 1.0)
     times = timer.pop_step()
-    assert times["timing/compile"] > 0 and g.compile_seconds == pytest.approx(
-        times["timing/compile"], abs=1e-3
-    )
+    # compile_seconds' clock brackets the compile phase's (a few statements apart, whatever the machine's load)
+    assert 0 < times["timing/compile"] <= g.compile_seconds
     assert timer.train_clock == pytest.approx(times["timing/generation"])
     assert times["timing/step"] == pytest.approx(times["timing/generation"])
     with timer.phase("generation"):  # same shape: no second warm-up (a released cache is not a new shape)
@@ -111,14 +110,18 @@ def test_compile_warm_up_is_timed_outside_the_training_clock(tiny, loop):
     assert all(d.released == g.release_cache for d in g.step_decoders.values())
 
 
-def test_nested_phases_count_once():
+def test_nested_phases_count_once(monkeypatch):
+    import pods.timing
+
+    clock = SimpleNamespace(now=0.0)  # pods.timing's clock moves only where the test says
+    monkeypatch.setattr(pods.timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
     timer = PhaseTimer()
     with timer.phase("generation"):
-        time.sleep(0.02)
+        clock.now += 0.02
         with timer.phase("compile"):
-            time.sleep(0.05)
+            clock.now += 0.05
     t = timer.pop_step()
-    assert t["timing/compile"] >= 0.05 and 0.02 <= t["timing/generation"] < 0.05
+    assert t["timing/compile"] == pytest.approx(0.05) and t["timing/generation"] == pytest.approx(0.02)
     assert timer.train_clock == pytest.approx(t["timing/generation"])
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18, call 10, one H100 (nvidia-h100-x1): where pods' 3B LoRA peak sits (per-phase peaks), with the
 # graph decode loop (default) and with transformers' generate loop; call 9 read 11.69 GiB in bench_trl's
-# process against TRL's 10.558 (call 3, bench_gpu, before this session's changes: 10.72).
+# process against TRL's 10.558 (call 3, bench_gpu, before the changes of calls 7-11: 10.72).
 # Sent as `bash scripts/device/perf18_call10.sh` with carry [".whl"]; results in $OUT, a table last.
 set -o pipefail
 source scripts/device/setup.sh || exit 1

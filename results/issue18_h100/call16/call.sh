@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, call 16, one H100 (nvidia-h100-x1): every target at this session's defaults (rollout.release_cache,
+# Issue 18, call 16, one H100 (nvidia-h100-x1): every target at the defaults of calls 12-16 (rollout.release_cache,
 # hardware.update_sdpa=flash, width_bucket 16, no float32 copy of adapter inputs, the heap frozen after step 1):
 #   lora05g  0.5B LoRA GRPO 16/16, 51 steps: steady update (max / median over the 50 after warm-up)
 #   lora05p  0.5B LoRA PODS 64/16, 6 steps (PODS / GRPO with lora05g)

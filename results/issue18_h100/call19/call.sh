@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, call 19, four H100s of one host (nvidia-h100-x4), one lane per GPU, at the session's final code:
+# Issue 18, call 19, four H100s of one host (nvidia-h100-x4), one lane per GPU, at the final code of calls 17-21:
 #   GPU 0: gputest  the CUDA tests again (HFGenerator now names the CUDA index: canonical_device)
 #          ph05l    0.5B LoRA generate() by part, batch 16 and 64: with "cuda" the shared base is now shared
 #                   (call 18 passed "cuda", compared unequal to cuda:0, and decoded from a second copy)

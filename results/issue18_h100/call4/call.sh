@@ -10,7 +10,7 @@
 # Each job has its own timeout, capped by what is left of BUDGET seconds (default 530). After each job the
 # tables go to $OUT and everything (logs, results.json, the metrics.jsonl of a run cut by its timeout) to
 # $OUT/perf4.tgz, so a cut job still returns what it measured. A short table is printed last.
-# The call sent this file's commands (comment lines dropped) as `run`'s command: the session's checkout is
+# The call sent this file's commands (comment lines dropped) as `run`'s command: the checkout it ran from is
 # /work/main, not this worktree, and bench_gpu.py / bench_trl.py / setup.sh are the same there.
 # CPU smoke run: DRY="--device cpu --layers 2 --hidden 64 --heads 0 --kv-heads 0 --intermediate 0 --vocab 512
 #   --completion-len 16 --steps 3" (appended to every benchmark's arguments; skips setup.sh).
