@@ -127,7 +127,8 @@ def run(cfg, callbacks=()) -> dict:
     trainer = Trainer(c, Path(c.run_dir), callbacks=[*slurm.callbacks(), *callbacks])
     if trainer.dist.is_main:  # the settings as run (hardware=auto's choice included), for pods.compare
         OmegaConf.save(as_container(c), Path(c.run_dir) / "config.yaml")
-    return trainer.train()
+    with slurm.lost_rank_ends_the_job(trainer):  # several tasks: a lost node is one line, not a traceback
+        return trainer.train()
 
 
 def _fail(msg: str) -> None:
