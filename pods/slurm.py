@@ -12,6 +12,8 @@ the process group from Slurm's own variables, and time limits and preemption tha
 - Signals (`RequeueOnSignal`): SIGUSR2 (the preset asks Slurm for it `signal_delay_s` before the time limit)
   and SIGTERM (preemption, `scontrol requeue`) are noted; at the next step boundary every rank saves a
   checkpoint, then submitit requeues the job (SIGUSR2) or Slurm does (preemption/requeue) and the process ends.
+- A rank that dies (`lost_rank_ends_the_job`): the others' collectives fail; each ends in one line naming the
+  node lost (from the peer address gloo reports), the step and the newest complete checkpoint to resume.
 """
 
 from __future__ import annotations
@@ -246,8 +248,8 @@ def _dist_errors() -> tuple[type, ...]:
 class SubmitCheck(HydraCallback):
     """Hydra callback of hydra/launcher=slurm: refuse in one line, before anything is submitted, a partition
     Slurm does not have, GPUs the partition does not have, more nodes than it has or tasks that do not fit a
-    node's CPUs, tasks that do not fit the hardware profile, and a
-    sweep directory that already holds another sweep's runs (unless resume=true)."""
+    node's CPUs, tasks that do not fit the hardware profile, and a sweep directory that already holds another
+    sweep's runs (unless resume=true)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         try:

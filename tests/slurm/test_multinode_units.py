@@ -57,3 +57,31 @@ def test_the_cause_is_gloo_s_words_about_the_peer():
     err = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:30354. This"
     assert slurm._cause(err) == "Connection closed by peer [10.0.0.2]:30354"
     assert slurm._cause("Timed out after 1800000ms\nmore") == "Timed out after 1800000ms"
+
+
+class _Dist:
+    world = 2
+
+
+class _Trainer:
+    dist, step = _Dist(), 7
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+
+def test_a_lost_rank_is_one_line_naming_node_step_and_checkpoint(monkeypatch, tmp_path, capsys):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(slurm, "job_nodes", lambda: ["pods-n1", "pods-n2"])
+    monkeypatch.setattr(slurm.socket, "gethostbyname", {"pods-n1": "10.0.0.1", "pods-n2": "10.0.0.2"}.get)
+    with pytest.raises(SystemExit) as e, slurm.lost_rank_ends_the_job(_Trainer(tmp_path)):
+        raise dist.DistBackendError("[pair.cc:534] Connection closed by peer [10.0.0.2]:4123. This may be")
+    assert e.value.code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "pods: error: lost node pods-n2 at step 7 (Connection closed by peer [10.0.0.2]:4123); no checkpoint was "
+        "written yet; continue the run with resume=true"
+    )
+    with pytest.raises(ValueError), slurm.lost_rank_ends_the_job(_Trainer(tmp_path)):  # other errors pass
+        raise ValueError("not a collective")
