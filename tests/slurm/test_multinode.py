@@ -1,7 +1,8 @@
 """On two Slurm nodes (partition `multi` of .ci/slurm.sh: pods-n1 and pods-n2, each in its own network
 namespace with its own hostname and address): a DDP job of 2 nodes x 1 and 2 nodes x 2 tasks (gloo between
 the nodes, ranks and master from Slurm's variables) logs the records of a one-node torchrun launch of the same
-world size; requests the partition cannot hold are one line before sbatch."""
+world size; requests the partition cannot hold are one line before sbatch; a 2-node job requeued and timed out
+resumes exactly; a node whose task dies ends the job in one line and resume=true continues it."""
 
 from __future__ import annotations
 
