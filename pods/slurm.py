@@ -4,21 +4,27 @@ the process group from Slurm's own variables, and time limits and preemption tha
     python -m pods.train -m hydra/launcher=slurm hydra.launcher.partition=<yours> experiment=...
 
 - Before submitting (`SubmitCheck`, a Hydra callback of the preset): the partition exists, GPUs asked for
-  are there, tasks_per_node fits the hardware profile, the sweep directory is not another sweep's. One line.
+  are there, it has the nodes asked for and their CPUs hold tasks_per_node x cpus_per_task, tasks_per_node
+  fits the hardware profile, the sweep directory is not another sweep's. One line.
 - In the job (`setup`): a job that Slurm requeued resumes its own run directory (the preset's run
   directories do not depend on the submit time); several tasks get RANK/WORLD_SIZE/MASTER_ADDR from Slurm
   (submitit's TorchDistributedEnvironment), so hardware=multi_gpu/fsdp need no torchrun line.
 - Signals (`RequeueOnSignal`): SIGUSR2 (the preset asks Slurm for it `signal_delay_s` before the time limit)
   and SIGTERM (preemption, `scontrol requeue`) are noted; at the next step boundary every rank saves a
   checkpoint, then submitit requeues the job (SIGUSR2) or Slurm does (preemption/requeue) and the process ends.
+- A rank that dies (`lost_rank_ends_the_job`): the others' collectives fail; each ends in one line naming the
+  node lost (from the peer address gloo reports), the step and the newest complete checkpoint to resume.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -156,13 +162,83 @@ def callbacks() -> list:
     return [RequeueOnSignal()] if in_job() else []
 
 
+# an address in gloo's errors about a peer: "Connection closed by peer [10.0.0.2]:41234", "Read error [...]"
+PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
+
+
+def job_nodes() -> list[str]:
+    """The job's nodes, from SLURM_JOB_NODELIST (`scontrol show hostnames`), or [] outside a job."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return []
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.stdout.split()
+
+
+def lost_node(error: str, nodes: list[str]) -> str | None:
+    """The node of the peer a collective lost, from the address in gloo's error (one of the job's nodes,
+    resolved), or None."""
+    addresses = set(PEER.findall(error))
+    for node in nodes:
+        try:
+            if socket.gethostbyname(node) in addresses or node in addresses:
+                return node
+        except OSError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def lost_rank_ends_the_job(trainer):
+    """Several tasks: a rank that dies (its node, or its process, killed) makes the collectives of the others
+    fail. Such a failure ends this rank in one line naming the node that was lost (from the peer address in
+    the error) and the step, and the newest complete checkpoint to resume from (`resume=true`)."""
+    try:
+        yield
+    except RuntimeError as e:  # torch.distributed.DistBackendError and its kin are RuntimeErrors
+        if trainer.dist.world <= 1 or not (isinstance(e, _dist_errors()) or PEER.search(str(e))):
+            raise
+        from pods import checkpoint as ckpt
+
+        node = lost_node(str(e), job_nodes())
+        who = f"node {node}" if node else "a peer rank (its node is not in the error)"
+        newest = ckpt.latest_checkpoint(Path(trainer.run_dir) / "checkpoints")
+        then = f"the newest complete checkpoint is {newest}" if newest else "no checkpoint was written yet"
+        msg = (
+            f"lost {who} at step {trainer.step} ({_cause(str(e))}); {then}; continue the run with resume=true"
+        )
+        log.error("%s", msg)
+        print(f"pods: error: {msg}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _cause(error: str) -> str:
+    """gloo's words about the peer ("Connection closed by peer [10.0.0.2]:41234"), else the error's first line."""
+    m = re.search(r"[A-Z][\w ]*?\[[0-9A-Fa-f.:]+\]:\d+", error)
+    return m.group(0) if m else error.splitlines()[0][:160]
+
+
+def _dist_errors() -> tuple[type, ...]:
+    import torch.distributed as dist
+
+    return tuple(
+        getattr(dist, n) for n in ("DistError", "DistBackendError", "DistNetworkError") if hasattr(dist, n)
+    )
+
+
 # --- before submitting --------------------------------------------------------------------------------
 
 
 class SubmitCheck(HydraCallback):
     """Hydra callback of hydra/launcher=slurm: refuse in one line, before anything is submitted, a partition
-    Slurm does not have, GPUs the partition does not have, tasks that do not fit the hardware profile, and a
-    sweep directory that already holds another sweep's runs (unless resume=true)."""
+    Slurm does not have, GPUs the partition does not have, more nodes than it has or tasks that do not fit a
+    node's CPUs, tasks that do not fit the hardware profile, and a sweep directory that already holds another
+    sweep's runs (unless resume=true)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         try:
@@ -189,6 +265,7 @@ def check_submission(config: DictConfig) -> None:
         )
     hw = config.hardware
     tasks = int(launcher.get("tasks_per_node") or 1)
+    check_nodes(int(launcher.get("nodes") or 1), tasks, int(launcher.get("cpus_per_task") or 1), partition)
     if tasks > 1 and hw.distributed == "none":
         raise ConfigError(
             f"hydra.launcher.tasks_per_node={tasks} but hardware={hw.name} runs one process "
@@ -209,6 +286,46 @@ def check_submission(config: DictConfig) -> None:
             f"hydra.sweep.dir={sweep} already holds a sweep's runs; pass resume=true to continue them, or "
             "choose another hydra.sweep.dir"
         )
+
+
+def check_nodes(nodes: int, tasks: int, cpus_per_task: int, partition: str | None) -> None:
+    """The job fits the partition: `nodes` nodes, each with CPUs for `tasks` x `cpus_per_task` (sbatch would
+    take the job, then leave it pending or refuse it after submitit's traceback)."""
+    cpus = _node_cpus(partition)
+    if not cpus:  # no default partition: sbatch says so itself
+        return
+    where = f"partition {partition!r}" if partition else "the default partition"
+    if nodes > len(cpus):
+        raise ConfigError(
+            f"hydra.launcher.nodes={nodes} but {where} has {len(cpus)} node(s) ({', '.join(sorted(cpus))})"
+        )
+    need = tasks * cpus_per_task
+    if need > sorted(cpus.values(), reverse=True)[nodes - 1]:
+        have = "/".join(str(c) for c in sorted(set(cpus.values())))
+        raise ConfigError(
+            f"hydra.launcher.tasks_per_node={tasks} x cpus_per_task={cpus_per_task} = {need} CPUs per node, but "
+            f"the nodes of {where} have {have} CPUs; lower tasks_per_node or cpus_per_task"
+        )
+
+
+def _node_cpus(partition: str | None) -> dict[str, int]:
+    """{node: CPUs} of `partition`, or of the default partition (sinfo marks it with `*`)."""
+    rows = [line.split() for line in _sinfo_lines("%N %c %P", nodes=True)]
+    return {
+        node: int(cpus)
+        for node, cpus, part in rows
+        if (part.rstrip("*") == partition if partition else part.endswith("*"))
+    }
+
+
+def _sinfo_lines(field: str, nodes: bool = False) -> list[str]:
+    if shutil.which("sinfo") is None:
+        raise ConfigError("hydra/launcher=slurm: `sinfo` is not on PATH; submit from a Slurm login node")
+    cmd = ["sinfo", "-h", *(["-N"] if nodes else []), "-o", field]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ConfigError(f"hydra/launcher=slurm: `{' '.join(cmd)}` failed: {out.stderr.strip()[:200]}")
+    return out.stdout.splitlines()
 
 
 def _sinfo(field: str, partition: str | None = None) -> list[str]:

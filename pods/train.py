@@ -132,7 +132,8 @@ def run(cfg, callbacks=()) -> dict:
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a
             # resume's changes go to history.jsonl, not here
             OmegaConf.save(as_container(c), config)
-        final = trainer.train()
+        with slurm.lost_rank_ends_the_job(trainer):  # several tasks: a lost node is one line, not a traceback
+            final = trainer.train()
         stop.check(trainer)  # a signal during the final eval or save: the run is saved; exit as signalled
         return final
     finally:

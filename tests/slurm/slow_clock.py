@@ -1,5 +1,5 @@
 """A test plugin (plugins=[tests.slurm.slow_clock], +reward.weights.slow_clock=0.0): a reward term of weight 0
-that sleeps 0.5 s per step until pods has saved on a time-limit signal (its job log says "SIGUSR2 at step"), so
+that sleeps 1 s per step until pods has saved on a time-limit signal (its job log says "SIGUSR2 at step"), so
 that a smoke run outlives Slurm's time-limit signal without more compute, and then finishes fast. The total
 reward, and so the run, is unchanged."""
 
@@ -19,5 +19,5 @@ def _saved_on_sigusr2() -> bool:
 @register_reward("slow_clock")
 def slow_clock(completions, answers, **kw):
     if not _saved_on_sigusr2():
-        time.sleep(0.5)
+        time.sleep(1.0)
     return [0.0] * len(completions)

@@ -107,7 +107,7 @@ RUN = [
     "eval.every_steps=50",
     "seed=0",
 ]
-# in the Slurm job only: 0.5 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
+# in the Slurm job only: 1 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
 SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
 
 
@@ -123,18 +123,20 @@ def _job_id(sweep: Path) -> str:
     return next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
 
 
-def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
-    """The two ways Slurm stops a job that comes back, in whichever order they come: `scontrol requeue` while
-    it trains (SIGTERM: save, Slurm requeues) and a 1-minute time limit whose SIGUSR2 (30 s before it) makes
-    the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends."""
-    sweep = tmp_path / "sweep"
-    limit = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30"]
-    cmd = [sys.executable, "-m", "pods.train", "-m", *limit, *RUN, *SLOW, f"hydra.sweep.dir={sweep}"]
-    log = (tmp_path / "submit.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    run_dir = sweep / "max_variance-n4-m4-s0"
+def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_log: Path, env=None) -> None:
+    """Run the sweep of `args` (one run, in `run_dir`) as a job with a 2-minute time limit (SIGUSR2 30 s
+    before it) that sleeps 1 s a step until it saved on SIGUSR2 (SLOW); requeue it with `scontrol requeue`
+    once it trains; once both have made it save (in whichever order they come), lift the time limit and
+    wait for the run to end.
+
+    Slurm sends the signal up to 60 s before it is due: under a 1-minute limit, any time from the job's start.
+    A job whose imports take longer than that (a loaded machine) got it before pods's handler was there, run
+    after run (submitit requeued it each time), and never trained. 2 minutes leave 30 s to start."""
+    limit = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30"]
+    cmd = [sys.executable, "-m", "pods.train", "-m", *args, *limit, *SLOW, f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=submit_log.open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline, seen, requeued_start = time.monotonic() + 420, [], None
+        deadline, seen, requeued_start = time.monotonic() + 600, [], None
         while proc.poll() is None:
             logs = _job_logs(sweep)
             if "SIGTERM at step" in logs and "SIGUSR2 at step" in logs:
@@ -155,11 +157,20 @@ def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
             if proc.poll() is not None or subprocess.run(lift, capture_output=True).returncode == 0:
                 break
             time.sleep(0.5)
-        assert proc.wait(timeout=420) == 0, (tmp_path / "submit.log").read_text()[-3000:]
+        assert proc.wait(timeout=600) == 0, submit_log.read_text()[-3000:]
     finally:  # never leave the submitter waiting, or the job queued
         proc.kill()
         for folder in (sweep / ".submitit").glob("*"):
             subprocess.run(["scancel", folder.name.split("_")[0]], check=False, capture_output=True)
+
+
+def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
+    """The two ways Slurm stops a job that comes back, in whichever order they come: `scontrol requeue` while
+    it trains (SIGTERM: save, Slurm requeues) and a 2-minute time limit whose SIGUSR2 (30 s before it) makes
+    the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends."""
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / "max_variance-n4-m4-s0"
+    requeue_and_time_limit([*SLURM, *RUN], sweep, run_dir, tmp_path / "submit.log")
     logs = _job_logs(sweep)
     assert re.search(r"SIGTERM at step \d+: checkpoint saved", logs), logs[-3000:]
     assert re.search(r"SIGUSR2 at step \d+: checkpoint saved", logs), logs[-3000:]

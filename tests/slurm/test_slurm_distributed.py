@@ -12,7 +12,6 @@ import pytest
 
 from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS, SMOKE
-from tests.e2e.test_distributed import _torchrun
 from tests.slurm.test_slurm import SLURM, _job_logs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +24,8 @@ def _records(run_dir: Path) -> list[dict]:
     return read_metrics(run_dir / "metrics.jsonl")
 
 
-def test_two_task_job_matches_the_torchrun_launch(tmp_path):
-    ref = tmp_path / "torchrun"
-    _torchrun(ref, tmp_path / "logs", *RUN[len(SMOKE) :])
+def test_two_task_job_matches_the_torchrun_launch(tmp_path, torchrun_reference):
+    ref = torchrun_reference(2)
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "pods.train", "-m", *SLURM, "hydra.launcher.tasks_per_node=2", *RUN,
            f"hydra.sweep.dir={sweep}"]  # fmt: skip

@@ -1,0 +1,243 @@
+"""On two Slurm nodes (partition `multi` of .ci/slurm.sh: pods-n1 and pods-n2, each in its own network
+namespace with its own hostname and address): a DDP job of 2 nodes x 1 and 2 nodes x 2 tasks (gloo between
+the nodes, ranks and master from Slurm's variables) logs the records of a one-node torchrun launch of the same
+world size; requests the partition cannot hold are one line before sbatch; a 2-node job requeued and timed out
+resumes exactly; a node whose task dies ends the job in one line and resume=true continues it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pods import checkpoint as ckpt
+from pods.tracking import read_metrics
+from tests.conftest import SAME_RUN_KEYS
+from tests.slurm.test_slurm import RUN as RUN_REQUEUE
+from tests.slurm.test_slurm import SLOW, _job_logs, _jobs, requeue_and_time_limit
+from tests.slurm.test_slurm_distributed import RUN
+
+ROOT = Path(__file__).resolve().parents[2]
+MULTI = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=multi",
+    "hydra.launcher.nodes=2",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=10",
+]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_two_nodes")]
+
+
+def multirun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pods.train", "-m", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def run_dir_of(sweep: Path) -> Path:
+    (run_dir,) = [p.parent for p in sweep.glob("*/metrics.jsonl")]
+    return run_dir
+
+
+def task_hosts(logs: str) -> dict[int, set[str]]:
+    """{global rank: the hosts it started on}, from submitit's `Starting with JobEnvironment(...)` lines."""
+    hosts: dict[int, set[str]] = {}
+    for host, rank in re.findall(r"JobEnvironment\(.*?hostname=([\w.-]+).*?global_rank=(\d+)", logs):
+        hosts.setdefault(int(rank), set()).add(host)
+    return hosts
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["2x1", "2x2"])
+def two_node_job(request, tmp_path_factory, torchrun_reference):
+    """(tasks per node, the Slurm job's sweep dir, the one-node torchrun reference's run dir, world size)."""
+    tasks = request.param
+    sweep = tmp_path_factory.mktemp(f"two_nodes_{tasks}") / "sweep"
+    proc = multirun(*MULTI, f"hydra.launcher.tasks_per_node={tasks}", *RUN, f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-4000:]
+    return tasks, sweep, torchrun_reference(2 * tasks), 2 * tasks
+
+
+def test_job_spans_both_nodes_with_ranks_from_slurm(two_node_job):
+    tasks, sweep, _, world = two_node_job
+    logs = _job_logs(sweep)
+    hosts = task_hosts(logs)
+    # rank r runs on node r // tasks: Slurm's block distribution, read by pods from SLURM_PROCID
+    assert hosts == {r: {f"pods-n{1 + r // tasks}"} for r in range(world)}, hosts
+    for r in range(world):  # no torchrun: the process group comes from Slurm's variables, master on node 1
+        assert f"Slurm task {r} of {world} (master pods-n1:" in logs, logs[-3000:]
+
+
+def test_two_node_job_matches_a_one_node_run(two_node_job):
+    _, sweep, ref, world = two_node_job
+    a, b = read_metrics(ref / "metrics.jsonl"), read_metrics(run_dir_of(sweep) / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # rank 0 writes, once
+    assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3]
+    for x, y in zip(a, b):
+        for k in (*SAME_RUN_KEYS, "eval/accuracy"):
+            assert x.get(k) == y.get(k), (world, x["kind"], x["step"], k, x.get(k), y.get(k))
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (ref, run_dir_of(sweep)))
+    assert wa.keys() == wb.keys()
+    for k in wa:  # the tolerance of tests/e2e/test_distributed.py's rank comparisons
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+
+
+# --- requests the partition cannot hold: one line, exit 2, nothing submitted ---------------------------
+
+BAD = {
+    "hydra.launcher.nodes=3": "hydra.launcher.nodes=3 but partition 'multi' has 2 node(s) (pods-n1, pods-n2)",
+    "hydra.launcher.tasks_per_node=5": "tasks_per_node=5 x cpus_per_task=1 = 5 CPUs per node, but the nodes of "
+    "partition 'multi' have 4 CPUs",
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+def test_a_request_the_partition_cannot_hold_is_one_line(bad, tmp_path):
+    before = set(_jobs())
+    proc = multirun(*MULTI, *RUN, bad, f"hydra.sweep.dir={tmp_path}/s", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("pods: error:")]
+    assert len(errors) == 1 and BAD[bad] in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s" / ".submitit").exists()
+    assert set(_jobs()) <= before
+
+
+# --- requeue and time limit of a two-node job ------------------------------------------------------------
+
+# test_slurm.py's requeue run (no periodic checkpoint: the job resumes from what its signal handler saved),
+# as DDP over 2 nodes x 1 task
+RUN_LONG = [*RUN_REQUEUE, "hardware.distributed=ddp", "hardware.num_threads=1"]
+NAME = "max_variance-n4-m4-s0"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_two_nodes(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("uninterrupted_two_nodes") / "sweep"
+    proc = multirun(*MULTI, *RUN_LONG, f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-4000:]
+    return sweep / NAME
+
+
+def out_logs(sweep: Path) -> str:
+    return "".join(p.read_text() for p in sorted((sweep / ".submitit").glob("*/*_log.out")))
+
+
+def rank_events(sweep: Path) -> dict[int, list[tuple[str, int]]]:
+    """{global rank: [(signal, step) of every save on a signal, in order]}, from each task's own log (a
+    requeued job appends to it)."""
+    events = {}
+    for f in (sweep / ".submitit").glob("*/*_log.out"):
+        rank = int(re.search(r"_(\d+)_log\.out$", f.name).group(1))  # <job>_<task>_log.out
+        events[rank] = [
+            (s, int(n)) for s, n in re.findall(r"(SIG\w+) at step (\d+): checkpoint saved", f.read_text())
+        ]
+    return events
+
+
+def test_two_node_job_requeued_and_timed_out_resumes_exactly(uninterrupted_two_nodes, tmp_path):
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / NAME
+    requeue_and_time_limit([*MULTI, *RUN_LONG], sweep, run_dir, tmp_path / "submit.log", env=ENV)
+    logs = out_logs(sweep)  # each task's stdout once (pods's lines go to its stderr too)
+    events = rank_events(sweep)
+    assert sorted(events) == [0, 1], events
+    assert events[0] == events[1], events  # every rank stopped at the same step, on the same signal
+    assert {s for s, _ in events[0]} == {"SIGTERM", "SIGUSR2"}, events
+    # each rank came back on its own node after each stop (a time-limit signal that comes before pods's handler
+    # is installed is submitit's: one more start, with no save), and resumed the run's directory each time
+    starts = re.findall(r"JobEnvironment\(.*?hostname=([\w.-]+).*?global_rank=(\d+)", logs)
+    on = {rank: [h for h, r in starts if int(r) == rank] for rank in (0, 1)}
+    assert on[0] == ["pods-n1"] * len(on[0]) and on[1] == ["pods-n2"] * len(on[0]), starts
+    assert len(on[0]) >= 1 + len(events[0]), starts
+    resumed = re.findall(
+        r"Slurm requeued this job \(restart \d+\): resuming " + re.escape(str(run_dir)), logs
+    )
+    assert len(resumed) == 2 * (len(on[0]) - 1), logs[-3000:]
+    # one checkpoint per stop (rank 0 writes it), none other but the last
+    final = read_metrics(run_dir / "metrics.jsonl")[-1]["step"]
+    saved = {int(p.name.split("_")[1]) for p in ckpt.checkpoints(run_dir / "checkpoints")}
+    assert saved <= {n for _, n in events[0]} | {final} and final in saved, (saved, events)
+    a, b = read_metrics(uninterrupted_two_nodes / "metrics.jsonl"), read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # each record once
+    for x, y in zip(a, b):
+        assert all(x.get(k) == y.get(k) for k in ("reward/mean", "update/loss", "eval/accuracy")), x["step"]
+    wa, wb = (
+        ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints"))
+        for d in (uninterrupted_two_nodes, run_dir)
+    )
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # bitwise
+
+
+# --- a node that dies ----------------------------------------------------------------------------------
+
+
+def node_tasks(node: str) -> list[int]:
+    """The job's processes on `node` (submitit's task processes in its network namespace)."""
+    pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
+    tasks = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"submitit.core._submit" in cmdline:
+            tasks.append(int(pid))
+    return tasks
+
+
+def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
+    """Kill node pods-n2's task mid-run: the job ends with one line naming the node and the step, its newest
+    complete checkpoint is intact, and resume=true runs it to its end, every record once."""
+    sweep = tmp_path / "sweep"
+    # 1 s a step (SLOW): the job is still training when the test has seen 4 records, on any machine
+    args = [*MULTI, *RUN, *SLOW, "max_steps=16", "eval.every_steps=0", f"hydra.sweep.dir={sweep}"]
+    cmd = [sys.executable, "-m", "pods.train", "-m", *args]
+    submit_log = tmp_path / "submit.log"
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=submit_log.open("w"), stderr=subprocess.STDOUT)
+    killed = []
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not killed:
+            assert time.monotonic() < deadline, _job_logs(sweep)[-3000:]
+            time.sleep(0.5)
+            runs = list(sweep.glob("*/metrics.jsonl"))
+            trained = [r for r in read_metrics(runs[0]) if r["kind"] == "train"] if runs else []
+            if len(trained) >= 4:  # past the checkpoint of step 4, while it trains
+                killed = node_tasks("pods-n2")
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+        assert killed, "the job ended before its tasks on pods-n2 could be killed"
+        # the job leaves the queue. Not the submitter: without accounting (no sacct) submitit cannot tell a
+        # job that ended without a result (the killed task wrote none) from one still running, and waits
+        job = next(p.name for p in (sweep / ".submitit").iterdir() if p.name.isdigit())
+        while job in _jobs():
+            assert time.monotonic() < deadline, _job_logs(sweep)[-3000:]
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+        for folder in (sweep / ".submitit").glob("*"):
+            subprocess.run(["scancel", folder.name.split("_")[0]], check=False, capture_output=True)
+    logs = _job_logs(sweep)
+    lines = [x for x in logs.splitlines() if x.startswith("pods: error: lost")]
+    assert len(lines) == 1, logs[-4000:]
+    m = re.match(
+        r"pods: error: lost node pods-n2 at step (\d+) \(.*\); the newest complete checkpoint is (\S+);",
+        lines[0],
+    )
+    assert m, lines[0]
+    step, newest = int(m.group(1)), Path(m.group(2))
+    run_dir = run_dir_of(sweep)
+    assert newest == ckpt.latest_checkpoint(run_dir / "checkpoints") and ckpt.verify(newest) is None
+    assert 4 <= ckpt.read_meta(newest)["step"] <= step
+    proc = multirun(*args, "resume=true")
+    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-3000:]
+    train = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert train == list(range(1, 17))
