@@ -63,6 +63,7 @@ def test_smoke_pilot_then_confirm(tmp_path):
     for setting in ("s1-lr1e-5-w0", "s2-lr2e-5-w100"):
         assert f"| {setting} | " in checks
     assert "PODS/GRPO step cost alone" in checks and "Chosen (" in checks
+    assert not (out / "chosen.env").exists()  # nothing learns in a few CPU steps, so nothing is chosen
     with tarfile.open(out / "pilot.tgz") as t:
         names = t.getnames()
     assert sum(n.endswith("metrics.jsonl") for n in names) == 6  # 2 settings x (2 GRPO + 1 PODS)

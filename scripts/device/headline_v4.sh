@@ -129,7 +129,10 @@ case $PHASE in
     pack pilot "$WORK/pilot"
     python3 scripts/pilot_seed_checks.py "$WORK/pilot" $READ --alone "$WORK/alone" \
       --chosen-env "$OUTDIR/chosen.env" 2>&1 | tee "$OUTDIR/checks.md"
-    [ -f "$OUTDIR/chosen.env" ] && echo "chosen setting:" && cat "$OUTDIR/chosen.env" ;;
+    if [ -f "$OUTDIR/chosen.env" ]; then  # frozen.env as PLAN.md has it, to be committed before any confirm
+      echo "POLICY_SHA256=$POLICY_SHA256" >> "$OUTDIR/chosen.env"
+      echo "chosen setting (commit as results/headline_v4/frozen.env):"; cat "$OUTDIR/chosen.env"
+    fi ;;
   *)
     timeout "$(left 40)" python3 scripts/launch_parallel.py --gpus "$NGPU" --per-gpu "$R" \
       --out "$WORK/$PHASE" "${ARGS[@]}" -- $COMMON 2>&1 | tee -a "$OUTDIR/launch.log"
