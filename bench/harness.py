@@ -412,6 +412,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set",
         nargs="*",
+        action="extend",  # repeated --set flags add up
         default=[],
         help="extra pods config overrides, e.g. rollout.hf.share_weights=false",
     )

@@ -39,7 +39,7 @@ from pods.errors import ConfigError, at_least, choice
 from pods.models import canonical_device
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
-from pods.rollout.step_graph import StepDecoder
+from pods.rollout.step_graph import StepDecoder, shared_prompts
 
 CHECK_EVERY = 16  # graph loop on CUDA: decode tokens between two reads of "have all rows finished?"
 
@@ -109,6 +109,9 @@ class HFSettings:
     # each generate call (the update gets the cache's memory; the next call allocates and captures again)
     fuse_projections: bool = True  # graph loop with a generation copy of its own (full fine-tune, or
     # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
+    share_prefill: bool = False  # graph loop: prefill each distinct prompt of a chunk once and copy its keys
+    # and values to its n rows (pods/rollout/step_graph.py: shared_prompts), not once per row. The prompt's
+    # forward then runs at another batch size, which may round differently on a GPU (issue 38)
 
     def check(self) -> None:
         choice("rollout.hf.compile", str(self.compile).lower(), ["auto", "true", "false"])
@@ -145,7 +148,7 @@ class HFGenerator(Backend):
             compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
             prompt_bucket=hf.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
             share_weights=hf.share_weights, size_cache_to_prompt=hf.size_cache_to_prompt, loop=hf.loop,
-            release_cache=hf.release_cache, fuse_projections=hf.fuse_projections,
+            release_cache=hf.release_cache, fuse_projections=hf.fuse_projections, share_prefill=hf.share_prefill,
         )  # fmt: skip
 
     @staticmethod
@@ -178,8 +181,10 @@ class HFGenerator(Backend):
         loop: str = "graph",
         release_cache: bool = False,
         fuse_projections: bool = True,
+        share_prefill: bool = False,
     ):
         self.model, self.tok, self.device = model, tokenizer, canonical_device(device)
+        self.share_prefill = share_prefill
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -266,7 +271,9 @@ class HFGenerator(Backend):
             self.step_decoders[key] = dec
         return self.step_decoders[key]
 
-    def _decode(self, ids, am, done, kwargs: dict, stop, max_new: int | None = None) -> torch.Tensor:
+    def _decode(
+        self, ids, am, done, kwargs: dict, stop, max_new: int | None = None, shared=None
+    ) -> torch.Tensor:
         """(rows, Lp) -> (rows, Lp + T) prompts and new tokens, by the configured loop."""
         if self.loop == "generate":
             if max_new is not None:
@@ -277,7 +284,9 @@ class HFGenerator(Backend):
                 )
         dec = self._step_decoder(ids.shape[0], kwargs["max_cache_len"])
         check = CHECK_EVERY if self.device.type == "cuda" else 1  # a host sync every `check` tokens
-        new = dec.run(ids, am, done, max_new or self.max_new_tokens, _sampling(kwargs), check_every=check)
+        new = dec.run(
+            ids, am, done, max_new or self.max_new_tokens, _sampling(kwargs), check_every=check, shared=shared
+        )
         return torch.cat([ids, new], 1)
 
     def _generate_chunk(self, ids: torch.Tensor, am: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -290,24 +299,26 @@ class HFGenerator(Backend):
             ids = torch.cat([ids, ids[:1].expand(fill, -1)])
             am = torch.cat([am, am[:1].expand(fill, -1)])
             done[b:] = True
+        # graph loop, share_prefill: which rows repeat a prompt (on the host, before the copy: no device sync)
+        shared = shared_prompts(ids, am) if self.share_prefill and self.loop == "graph" else None
         ids, am, lp = ids.to(self.device), am.to(self.device), ids.shape[1]
         # the graph loop captures one graph per sampling setting: each is a shape to warm up
         warm_key = (rows, lp) if self.loop == "generate" else (rows, lp, _sampling(kwargs))
         if self.compiled and warm_key not in self.warm_shapes:
-            self._warm_up(ids, am, done, kwargs)
+            self._warm_up(ids, am, done, kwargs, shared)
             self.warm_shapes.add(warm_key)
         stop = StoppingCriteriaList([_StopRows(done, lp)]) if rows > b else None
-        out = self._decode(ids, am, done, kwargs, stop)
+        out = self._decode(ids, am, done, kwargs, stop, shared=shared)
         return out[:b, lp:].cpu()
 
-    def _warm_up(self, ids, am, done, kwargs) -> None:
+    def _warm_up(self, ids, am, done, kwargs, shared=None) -> None:
         """Compile and capture this shape with a few decode steps, outside the training clock; the random
         streams are restored, so what follows samples exactly what it would have without the warm-up."""
         phase = self.timer.phase("compile") if self.timer is not None else nullcontext()
         t0 = time.perf_counter()
         devices = [self.device] if self.device.type == "cuda" else []
         with phase, torch.random.fork_rng(devices=devices):
-            self._decode(ids, am, done, kwargs, None, max_new=4)
+            self._decode(ids, am, done, kwargs, None, max_new=4, shared=shared)
         self.compile_seconds += time.perf_counter() - t0
 
     @torch.no_grad()

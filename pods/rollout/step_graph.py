@@ -66,6 +66,21 @@ def prefill_mask(keep: torch.Tensor, lp: int) -> torch.Tensor:
     return (keep.bool()[:, None, None, :] & (cols <= rows)) | (cols == rows)
 
 
+def shared_prompts(ids: torch.Tensor, am: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(B, L) left-padded rows and their mask -> (firsts (U,), src (B,)): the first row of each run of identical
+    consecutive rows, and the run each row belongs to; None if no two consecutive rows are the same (nothing to
+    share). generate() repeats each prompt n times in a row, so its chunks hold at most a few distinct prompts.
+
+    >>> shared_prompts(torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [3, 4]]), torch.ones(5, 2, dtype=torch.long))
+    (tensor([0, 2]), tensor([0, 0, 1, 1, 1]))
+    """
+    new = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+    new[1:] = (ids[1:] != ids[:-1]).any(1) | (am[1:] != am[:-1]).any(1)
+    if bool(new.all()):
+        return None
+    return torch.nonzero(new).squeeze(1), new.long().cumsum(0) - 1
+
+
 class StepDecoder:
     """Decodes `rows` sequences into a static cache of `cache_len` positions.
 
@@ -144,12 +159,32 @@ class StepDecoder:
             t.untyped_storage().resize_(t.numel() * t.element_size())
         self.released = False
 
-    def _forward(self, tokens, mask, pos) -> torch.Tensor:
+    def _forward(self, tokens, mask, pos, cache=None) -> torch.Tensor:
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-            **{self.cache_kw: self.cache},
+            **{self.cache_kw: self.cache if cache is None else cache},
         )  # fmt: skip
         return out.logits[:, -1]
+
+    def _prefill(self, ids, mask, pos, shared) -> torch.Tensor:
+        """The prompts' forward into the cache -> (B, V) logits of their last position. `shared` (firsts, src),
+        from shared_prompts: each distinct prompt runs once, in a cache of its own with the same columns and
+        mask rows, and its keys and values are copied to every row that repeats it (rollout.hf.share_prefill)."""
+        if shared is None:
+            return self._forward(ids, mask, pos)
+        firsts, src = (t.to(self.device) for t in shared)
+        own = StaticCache(config=self.model.config, max_cache_len=self.cache_len)
+        logits = self._forward(ids[firsts], mask[firsts], pos[firsts], cache=own)
+        lp = ids.shape[1]
+        for big, small in zip(self.cache.layers, own.layers):
+            k = small.keys[:, :, :lp].index_select(0, src)  # (B, H, lp, D): the prompt's columns
+            v = small.values[:, :, :lp].index_select(0, src)
+            if not big.is_initialized:  # first prefill of this decoder: the static tensors are made lazily
+                big.lazy_initialization(k, v)  # (reads batch, heads, head size, dtype and device only)
+            big.keys[:, :, :lp].copy_(k)
+            big.values[:, :, :lp].copy_(v)
+            big.cumulative_length.fill_(lp)  # as if the prompt had been written here (a tensor: in place)
+        return logits.index_select(0, src)
 
     def _accept(self, nxt: torch.Tensor) -> None:
         """Record (B,) sampled tokens as the next ones to feed: finished rows get padding, an EOS finishes."""
@@ -210,10 +245,12 @@ class StepDecoder:
         max_new: int,
         sampling,
         check_every: int = 1,
+        shared: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """(B, Lp) left-padded prompts, their mask, (B,) rows finished from the start -> (B, T) new tokens,
         T <= max_new: decoding stops once every row has finished (read every `check_every` tokens; rows that
-        finished earlier carry padding), or after max_new tokens."""
+        finished earlier carry padding), or after max_new tokens. `shared`: shared_prompts(ids, am), to
+        prefill each distinct prompt once (None: every row)."""
         lp = ids.shape[1]
         if lp + max_new > self.cache_len:
             raise ValueError(
@@ -233,7 +270,7 @@ class StepDecoder:
         pos = (am.long().cumsum(1) - 1).masked_fill(am == 0, 1)  # generate()'s positions
         self.pos.copy_(am.long().sum(1, keepdim=True))
         mask = prefill_mask(self.keep, lp)
-        logits = self._forward(ids, mask, pos)  # eager: one call per prompt width
+        logits = self._prefill(ids, mask, pos, shared)  # eager: one call per prompt width
         self._accept(pick(logits, *sampling))
         t = self._lap("prefill", t)
         steps, eager = 1, 0

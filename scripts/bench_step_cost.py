@@ -1,0 +1,472 @@
+"""Where a training step's milliseconds go, GRPO 16/16 against PODS 64/16 (issue 38), and which parts grow
+with the rows generated per step.
+
+The real Trainer runs a few steps of each setting; its phase timers (pods/timing.py) give generation, reward,
+selector, advantages, update, weight sync and the rest. Generation is split further by instrumenting this
+process's HF backend (benchmark only; nothing in pods changes):
+
+    tokenize       prompts -> ids (once per prompt, then repeated n times)
+    prefill        the prompt forward of every row (StepDecoder's "prefill": P x n rows today)
+    decode         every decode step after the prefill (graph replays on CUDA; eager steps on a CPU), of which
+      tail         the steps after 90% of a chunk's rows had finished (their share of decode, pro rata: each
+                   step costs the same in a fixed-shape batch)
+    warm-up        the two eager steps and the capture of a released graph (CUDA, every call)
+    sampling       (CPU only, inside decode) the warpers, softmax and draw of every step (step_graph.pick)
+    detokenize     batch_decode of every completion (host, per row)
+    gen. other     the rest of generation: padding rows, the device-to-host copy, the completion mask,
+                   merging a LoRA adapter in and out, building the Rollouts
+    logprobs       old / reference log-probs of the update (only with mu > 1 or beta > 0)
+
+On a GPU the decode step's parts run inside one CUDA graph; `--pick-micro` times the sampling alone at each
+row count (eager, synchronised), for the sampling's share there.
+
+The headline shape (default): model=headline, 8 prompts per step, T=0.9, rollout.batch_size=512, as the
+headline runs. `--random-shape` with bench/harness.py's model flags builds a random Qwen2 instead (the 3B LoRA
+shape of results/h100_3b/: --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008 --lora),
+on bench/harness.py's arithmetic-looking prompts and its bench_hash reward.
+
+    PYTHONPATH=. python scripts/bench_step_cost.py --device cpu --steps 3 --out results/step_cost/cpu
+    PYTHONPATH=. python scripts/bench_step_cost.py --device cpu --sweep 8,16,32,64 --settings "" --steps 2
+    PYTHONPATH=. python scripts/bench_step_cost.py --device cuda --steps 8 --sweep 8,16,32,64,128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import (  # noqa: E402
+    add_model_args,
+    build_model_dir,
+    compose_train,
+    pods_cfg,
+    save_results,
+    sync,
+    write_data,
+)
+from pods.callbacks import Callback  # noqa: E402
+from pods.config import validate  # noqa: E402
+from pods.rollout import step_graph  # noqa: E402
+from pods.trainer import Trainer  # noqa: E402
+from pods.update import step as update_step  # noqa: E402
+
+PHASES = [
+    "prefilter",
+    "generation",
+    "gather",
+    "reward",
+    "selector",
+    "advantages",
+    "update",
+    "weight_sync",
+    "metrics",
+]
+GEN_PARTS = ["tokenize", "prefill", "decode", "tail", "warm-up", "sampling", "detokenize", "gen. other"]
+ROWS = [
+    "step",
+    *PHASES[:2],
+    *[f"  {p}" for p in GEN_PARTS],
+    *PHASES[2:],
+    "  logprobs",
+    "unattributed",
+    "cpu step",
+]
+
+
+class Probe:
+    """Seconds of the generation's parts in the current step, by wrapping one HFGenerator's methods."""
+
+    def __init__(self, gen, device: str):
+        self.gen, self.device, self.parts, self.chunks = gen, device, {}, []
+        self._wrap_tokenizer()
+        self._wrap_decoders()
+        self._wrap_chunk()
+        self._wrap_logprobs()
+        self._wrap_warm_up()
+
+    def add(self, part: str, seconds: float) -> None:
+        self.parts[part] = self.parts.get(part, 0.0) + seconds
+
+    def timed(self, part: str, fn):
+        def wrapper(*a, **kw):
+            sync(self.device)
+            t0 = time.perf_counter()
+            out = fn(*a, **kw)
+            sync(self.device)
+            self.add(part, time.perf_counter() - t0)
+            return out
+
+        return wrapper
+
+    def _wrap_tokenizer(self) -> None:
+        g = self.gen
+        g.tokenize = self.timed("tokenize", g.tokenize)
+        g.tok.batch_decode = self.timed("detokenize", g.tok.batch_decode)
+
+    def _wrap_decoders(self) -> None:
+        g, own = self.gen, self.gen._step_decoder
+
+        def step_decoder(rows, cache_len):
+            dec = own(rows, cache_len)
+            if dec.phase_seconds is None:
+                dec.phase_seconds = {}
+                if not dec.capture:  # eager steps: time the sampling inside each (CPU)
+                    self._wrap_pick(dec)
+            return dec
+
+        g._step_decoder = step_decoder
+
+    def _wrap_pick(self, dec) -> None:
+        probe, forward = self, dec.forward
+        pick = step_graph.pick
+
+        def timed_pick(*a, **kw):
+            t0 = time.perf_counter()
+            out = pick(*a, **kw)
+            probe.add("sampling", time.perf_counter() - t0)
+            return out
+
+        def fwd(*a, **kw):  # pick runs right after the forward in _step: patch it for that call only
+            step_graph.pick = timed_pick
+            return forward(*a, **kw)
+
+        dec.forward = fwd
+        self._restore_pick = pick
+
+    def _wrap_chunk(self) -> None:
+        g, own = self.gen, self.gen._generate_chunk
+
+        def chunk(ids, am, kwargs):
+            out = own(ids, am, kwargs)  # (b, Lc) new tokens, on the host
+            if hasattr(self, "_restore_pick"):
+                step_graph.pick = self._restore_pick
+            done = torch.isin(out, torch.tensor(g.eos_ids))
+            ended = torch.where(done.any(1), done.int().argmax(1) + 1, out.shape[1])  # tokens per row
+            self.chunks.append({"rows": out.shape[0], "width": out.shape[1], "lengths": ended.tolist()})
+            return out
+
+        g._generate_chunk = chunk
+
+    def _wrap_warm_up(self) -> None:
+        """A new shape's warm-up (the compile phase, outside the training clock) adds nothing to the parts."""
+        g, own = self.gen, self.gen._warm_up
+
+        def warm_up(*a, **kw):
+            saved = {k: dict(d.phase_seconds or {}) for k, d in g.step_decoders.items()}
+            parts, chunks = dict(self.parts), list(self.chunks)
+            own(*a, **kw)
+            for k, d in g.step_decoders.items():
+                if d.phase_seconds is not None:
+                    d.phase_seconds = saved.get(k, {})
+            self.parts, self.chunks = parts, chunks
+
+        g._warm_up = warm_up
+
+    def _wrap_logprobs(self) -> None:
+        update_step.batch_logprobs = self.timed("logprobs", update_step.batch_logprobs)
+
+    def take(self) -> tuple[dict, list]:
+        """This step's parts (decoder phases folded in) and its chunks, then reset."""
+        parts = dict(self.parts)
+        parts["captured"] = float(any(d.capture for d in self.gen.step_decoders.values()))
+        for dec in self.gen.step_decoders.values():
+            for k, v in (dec.phase_seconds or {}).items():
+                parts[k] = parts.get(k, 0.0) + v
+            if dec.phase_seconds is not None:
+                dec.phase_seconds = {}
+        chunks, self.parts, self.chunks = self.chunks, {}, []
+        return parts, chunks
+
+
+def tail_share(chunks: list[dict], steps: float) -> float:
+    """Share of a step's decode steps taken after 90% of each chunk's rows had finished (chunks run one after
+    another; each chunk's decode steps are its width).
+
+    >>> tail_share([{"rows": 4, "width": 10, "lengths": [2, 3, 4, 10]}], 10)
+    0.6
+    """
+    total, tail = 0, 0
+    for c in chunks:
+        lengths = sorted(c["lengths"])
+        k = max(int(0.9 * len(lengths) + 0.999999) - 1, 0)
+        total += c["width"]
+        tail += max(c["width"] - lengths[k], 0)
+    return tail / total if total else 0.0
+
+
+def gen_parts(rec: dict, parts: dict, chunks: list[dict]) -> dict:
+    """The generation's parts of one step in seconds, from the timer record and the probe."""
+    decode = parts.get("replay", 0.0) + (0.0 if parts.get("captured") else parts.get("eager", 0.0))
+    warm = (
+        parts.get("capture", 0.0)
+        + parts.get("reclaim", 0.0)
+        + (parts.get("eager", 0.0) if parts.get("captured") else 0.0)
+    )
+    if not parts.get("steps"):  # the generate loop (CPU default): no decoder phases, all of it is decode
+        decode = parts.get("decode_generate", 0.0)
+    out = {
+        "tokenize": parts.get("tokenize", 0.0),
+        "prefill": parts.get("prefill", 0.0),
+        "decode": decode,
+        "tail": decode * tail_share(chunks, parts.get("steps", 0.0)),
+        "warm-up": warm,
+        "sampling": parts.get("sampling", 0.0),
+        "detokenize": parts.get("detokenize", 0.0),
+        "logprobs": parts.get("logprobs", 0.0),
+    }
+    named = sum(out[k] for k in ("tokenize", "prefill", "decode", "warm-up", "detokenize"))
+    out["gen. other"] = rec.get("timing/generation", 0.0) - named
+    out["decode steps"] = parts.get("steps", 0.0)
+    lengths = [x for c in chunks for x in c["lengths"]]
+    out["mean length"] = statistics.fmean(lengths) if lengths else 0.0
+    out["max length"] = max(lengths) if lengths else 0.0
+    return out
+
+
+class StepRecorder(Callback):
+    """A Trainer callback: each step's timer record plus the probe's parts."""
+
+    def __init__(self, probe: Probe):
+        self.probe, self.steps, self.cpu0 = probe, [], 0.0
+
+    def on_step_start(self, trainer) -> None:
+        self.cpu0 = time.process_time()
+
+    def on_step_end(self, trainer, record: dict) -> None:
+        parts, chunks = self.probe.take()
+        row = {p: record.get(f"timing/{p}", 0.0) for p in PHASES}
+        row["step"] = record.get("timing/step", 0.0)
+        row["unattributed"] = record.get("timing/unattributed", 0.0)
+        row["cpu step"] = time.process_time() - self.cpu0  # this process's CPU seconds (steadier under load)
+        row.update(gen_parts(record, parts, chunks))
+        row["rows"] = sum(c["rows"] for c in chunks)
+        row["update rows"] = record.get("update/rows", 0.0)
+        self.steps.append(row)
+
+
+def headline_cfg(args, run_dir: Path, selector: str, n: int, m: int, own: list[str]):
+    overrides = f"""run_dir={run_dir} model=headline dataset={args.dataset} logger=none
+        hardware={"gpu" if args.device == "cuda" else "cpu"} rollout.batch_size={args.rollout_batch}
+        sampling.temperature=0.9 algo.prompts_per_step={args.prompts_per_step} selector={selector}
+        selector.n={n} selector.m={m} max_steps={args.steps} seed={args.seed} eval.at_start=false
+        eval.at_end=false eval.every_steps=0 eval.every_seconds=0 checkpoint.every_steps=0
+        checkpoint.every_seconds=0 checkpoint.save_final=false""".split()
+    overrides += list(args.set or []) + own
+    cfg = compose_train(overrides)
+    validate(cfg)
+    return cfg
+
+
+def run_setting(
+    args, name: str, selector: str, n: int, m: int, own: list[str], tmp: Path, model_dir, data
+) -> dict:
+    run_dir = tmp / f"{name}-{time.monotonic_ns()}"
+    if args.random_shape:
+        saved, args.set = args.set, list(args.set or []) + own
+        cfg = pods_cfg(args, model_dir, data, run_dir, selector, n, m)
+        args.set = saved
+    else:
+        cfg = headline_cfg(args, run_dir, selector, n, m, own)
+    trainer = Trainer(cfg, run_dir)
+    trainer.reward_fn.grader.wait_ready(120) if hasattr(trainer.reward_fn, "grader") else None
+    probe = Probe(trainer.generator, args.device)
+    if trainer.generator.loop == "generate":  # no decoder phases: the generate() call is the decode
+        trainer.generator._decode = probe.timed("decode_generate", trainer.generator._decode)
+    rec = StepRecorder(probe)
+    trainer.callbacks.append(rec)
+    trainer.train()
+    trainer.reward_fn.close()
+    steps = rec.steps[args.skip :] or rec.steps
+    keys = [k for k in steps[0] if isinstance(steps[0][k], (int, float))]
+    mean = {k: statistics.fmean(s[k] for s in steps) for k in keys}
+    return {
+        "name": name,
+        "selector": selector,
+        "n": n,
+        "m": m,
+        "overrides": own,
+        "mean": mean,
+        "steps": rec.steps,
+    }
+
+
+def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) -> dict:
+    """ms of one eager sampling call (warpers at T=0.9, softmax, draw) on (rows, vocab) float32 logits."""
+    out = {}
+    for rows in rows_list:
+        x = torch.randn(rows, vocab, device=device)
+        for _ in range(3):
+            step_graph.pick(x, 0.9, 1.0, 0)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step_graph.pick(x, 0.9, 1.0, 0)
+        sync(device)
+        out[rows] = 1e3 * (time.perf_counter() - t0) / reps
+    return out
+
+
+def prefill_ab(args, reps: int = 4) -> list[dict]:
+    """The prefill alone, shared (rollout.hf.share_prefill) or per row, alternating A and B so load drifts hit
+    both: generate() of the first `--prompts-per-step` training prompts x n rows with one new token (prefill and
+    its draw; the graph loop, eager on a CPU), wall and process CPU ms per call, mean of `reps` after one warm-up.
+    Greedy: the one token of each row is compared too."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pods.rollout.hf import HFGenerator
+
+    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "prefill_ab", "none", 16, 16, [])
+    path = cfg.model.path
+    tok = AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
+    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    out = []
+    for n in (16, 64):
+        gens = {
+            share: HFGenerator(model, tok, args.device, args.rollout_batch, 1, compiled=True, dtype=dtype,
+                               max_prompt_len=cfg.model.max_prompt_len, share_prefill=share)
+            for share in (False, True)
+        }  # fmt: skip
+        for g in gens.values():  # one new token: no decode step runs, so nothing needs compiling first
+            g._warm_up = lambda *a, **kw: None
+        times = {False: [], True: []}
+        tokens = {}
+        for rep in range(reps + 1):
+            for share, g in gens.items():
+                sync(args.device)
+                w0, c0 = time.perf_counter(), time.process_time()
+                r = g.generate(prompts, list(range(len(prompts))), n, 0.0)
+                sync(args.device)
+                if rep:
+                    times[share].append((time.perf_counter() - w0, time.process_time() - c0))
+                tokens[share] = r.input_ids[:, r.prompt_len :]
+        for share in (False, True):
+            wall = statistics.fmean(t[0] for t in times[share])
+            cpu = statistics.fmean(t[1] for t in times[share])
+            out.append({"n": n, "rows": n * len(prompts), "share_prefill": share, "wall_ms": 1e3 * wall,
+                        "cpu_ms": 1e3 * cpu})  # fmt: skip
+        out[-1]["tokens_differ"] = int((tokens[False] != tokens[True]).sum())
+    return out
+
+
+def fmt_ms(x: float) -> str:
+    return f"{1e3 * x:.1f}"
+
+
+def markdown(res: dict) -> str:
+    runs = res["runs"]
+    lines = [f"# Step cost by part ({res['device']}, {res['shape']})", ""]
+    lines += [f"Command: `{res['command']}`", "", "ms per step, mean over steps after the first "
+              f"{res['args']['skip']} (steps: {res['args']['steps']})", ""]  # fmt: skip
+    if not runs:  # --prefill-ab alone
+        lines = lines[:2]
+    head = ["part", *[r["name"] for r in runs]]
+    pair = None
+    names = [r["name"] for r in runs]
+    if "grpo16" in names and "pods64" in names:
+        pair = (runs[names.index("grpo16")], runs[names.index("pods64")])
+        head += ["pods64 - grpo16", "ratio"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if runs else []
+    for part in ROWS if runs else []:
+        key = part.strip()
+        cells = [part.replace("  ", "&nbsp;&nbsp;"), *[fmt_ms(r["mean"].get(key, 0.0)) for r in runs]]
+        if pair:
+            a, b = pair[0]["mean"].get(key, 0.0), pair[1]["mean"].get(key, 0.0)
+            cells += [fmt_ms(b - a), f"{b / a:.2f}" if a > 1e-6 else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for key in ("rows", "update rows", "decode steps", "mean length", "max length") if runs else []:
+        cells = [key, *[f"{r['mean'].get(key, 0.0):.1f}" for r in runs]]
+        lines.append("| " + " | ".join(cells + ([""] * 2 if pair else [])) + " |")
+    if res.get("prefill_ab"):
+        lines += ["", "Prefill alone (generate() with one new token, greedy; mean of alternating calls):", "",
+                  "| rows | share_prefill | wall ms | process CPU ms | greedy tokens differing |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for r in res["prefill_ab"]:
+            lines.append(f"| {r['rows']} | {r['share_prefill']} | {r['wall_ms']:.1f} | {r['cpu_ms']:.1f} | "
+                         f"{r.get('tokens_differ', '')} |")  # fmt: skip
+    if res.get("pick_ms"):
+        lines += ["", "Sampling alone (eager, one call on (rows, vocab) logits, T=0.9), ms: "
+                  + ", ".join(f"{k} rows {v:.3f}" for k, v in res["pick_ms"].items())]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def parse_settings(args) -> list[tuple[str, str, int, int, list[str]]]:
+    """--settings name:selector:n:m[:override|override...] and --sweep n,n,... -> (name, selector, n, m,
+    overrides) in the order given (a setting's own overrides come after --set's)."""
+    out = []
+    for s in filter(None, args.settings.split(",")):
+        name, sel, n, m, *own = s.split(":")
+        out.append((name, sel, int(n), int(m), own[0].split("|") if own else []))
+    for n in filter(None, args.sweep.split(",")):
+        n = int(n)
+        m = min(n, args.sweep_m)
+        out.append((f"n{n}", "none" if n == m else "max_variance", n, m, []))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_args(p)
+    p.set_defaults(steps=4, completion_len=512)
+    p.add_argument("--random-shape", action="store_true", help="a random Qwen2 of the model flags' shape")
+    p.add_argument("--dataset", default="arithmetic_hard_local", help="headline shape: the dataset group")
+    p.add_argument("--prompts-per-step", type=int, default=8)
+    p.add_argument("--rollout-batch", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip", type=int, default=1, help="first steps not averaged (compile, warm-up)")
+    p.add_argument("--settings", default="grpo16:none:16:16,pods64:max_variance:64:16",
+                   help="name:selector:n:m, comma-separated")  # fmt: skip
+    p.add_argument("--sweep", default="", help="rows per prompt, e.g. 8,16,32,64,128 (m = min(n, --sweep-m))")
+    p.add_argument("--sweep-m", type=int, default=16)
+    p.add_argument("--pick-micro", action="store_true", help="time the sampling alone at each row count")
+    p.add_argument("--prefill-ab", action="store_true", help="headline: the prefill alone, shared or per row")
+    p.add_argument("--label", default="")
+    p.add_argument("--out", default="results/step_cost/run")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = parse_settings(args)
+    if not settings and not args.prefill_ab:
+        p.error("nothing to run: give --settings, --sweep or --prefill-ab")
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    shape = (f"random Qwen2 {args.layers} layers x {args.hidden}{', LoRA' if args.lora else ''}"
+             if args.random_shape else f"headline, {args.dataset}")  # fmt: skip
+    if args.label:
+        shape += f", {args.label}"
+    res = {"device": name, "shape": shape, "args": vars(args), "command": " ".join(sys.argv), "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model_dir = data = None
+        if args.random_shape:
+            model_dir, data = build_model_dir(args, tmp), write_data(tmp)
+        for s in settings:
+            res["runs"].append(run_setting(args, *s, tmp, model_dir, data))
+            r = res["runs"][-1]["mean"]
+            print(
+                f"{s[0]}: step {r['step'] * 1e3:.1f} ms, generation {r['generation'] * 1e3:.1f} ms",
+                flush=True,
+            )
+            save_results(Path(args.out), res, markdown(res))
+    if args.prefill_ab:
+        res["prefill_ab"] = prefill_ab(args)
+    if args.pick_micro:
+        vocab = 313 if not args.random_shape else args.vocab
+        rows = sorted({r["n"] * args.prompts_per_step for r in res["runs"]})
+        res["pick_ms"] = pick_micro(args.device, rows, vocab)
+    save_results(Path(args.out), res, markdown(res))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
