@@ -56,17 +56,21 @@ def test_a_frozen_setting_naming_another_policy_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_pilot_then_confirm(tmp_path):
-    r = run(tmp_path, "pilot")
+    r = run(tmp_path, "pilot", EXTRA="rollout.hf.share_prefill=false")  # an extra override reaches every run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = tmp_path / "out"
     checks = (out / "checks.md").read_text()
     for setting in ("s1-lr1e-5-w0", "s2-lr2e-5-w100"):
         assert f"| {setting} | " in checks
     assert "PODS/GRPO step cost alone" in checks and "Chosen (" in checks
+    assert not (out / "chosen.env").exists()  # nothing learns in a few CPU steps, so nothing is chosen
     with tarfile.open(out / "pilot.tgz") as t:
         names = t.getnames()
     assert sum(n.endswith("metrics.jsonl") for n in names) == 6  # 2 settings x (2 GRPO + 1 PODS)
     assert (out / "alone.tgz").is_file()
+    with tarfile.open(out / "pilot.tgz") as t:
+        cfg = t.extractfile(next(n for n in names if n.endswith("seed-4001/config.yaml"))).read().decode()
+    assert "share_prefill: false" in cfg and "extra overrides: rollout.hf.share_prefill=false" in r.stdout
 
     frozen = tmp_path / "frozen.env"
     frozen.write_text(f"LR=2e-5\nWARMUP_STEPS=100\nPOLICY_SHA256={SHA}\n")

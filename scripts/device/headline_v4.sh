@@ -55,11 +55,14 @@ fi
 NGPU=${#IDS[@]}
 [ "$NGPU" -ge 1 ] || { echo "no GPU found"; exit 1; }
 export OMP_NUM_THREADS=2 CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${IDS[*]}")
-echo "devices: ${IDS[*]} ($NGPU); phase $PHASE; window ${WINDOW}s"
+echo "devices: ${IDS[*]} ($NGPU); phase $PHASE; window ${WINDOW}s; commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# EXTRA: overrides for every run of the call beyond PLAN.md's (e.g. rollout.hf.share_prefill=true, issue 38),
+# given to the pilot as an environment variable and frozen with the chosen setting; recorded in every config.yaml.
 if [ "$PHASE" = pilot ]; then
   LR=1e-5; WARMUP_STEPS=0  # the alone timing's setting (lr does not change a step's cost)
+  EXTRA=${EXTRA:-}
 else
-  LR=""; WARMUP_STEPS=""; POLICY_SHA256=""
+  LR=""; WARMUP_STEPS=""; POLICY_SHA256=""; EXTRA=""  # only frozen.env sets them
   source "$FROZEN"
   [ -n "$LR" ] && [ -n "$WARMUP_STEPS" ] && [ -n "$POLICY_SHA256" ] || {
     echo "$FROZEN needs LR=, WARMUP_STEPS= and POLICY_SHA256="; exit 1; }
@@ -73,9 +76,10 @@ common() {  # common <lr> <warm-up steps>
   echo "model=headline dataset=arithmetic_hard_local dataset.eval_task=data/arithmetic_hard/eval_2k.jsonl $EVAL $HW
     sampling.temperature=0.9 algo.prompts_per_step=$PPS max_steps=100000 max_train_time=$WINDOW eval.every_steps=0
     eval.every_seconds=$EVERY eval.at_start=true checkpoint.every_seconds=0 checkpoint.every_steps=0
-    checkpoint.save_final=false optim.lr=$1 optim.warmup_steps=$2 $SMOKE_OVR"
+    checkpoint.save_final=false optim.lr=$1 optim.warmup_steps=$2 $EXTRA $SMOKE_OVR"
 }
 COMMON=$(echo $(common "$LR" "$WARMUP_STEPS"))
+echo "lr $LR, warm-up $WARMUP_STEPS steps (in the pilot: the step-cost runs; each setting has its own); extra overrides: ${EXTRA:-none}"
 # Step cost, each run alone on a GPU: no eval, ALONE_S seconds of training clock, seed 4099 (steps 3+ are read).
 ALONE="$(echo $(common "$LR" "$WARMUP_STEPS")) max_train_time=$ALONE_S eval.every_seconds=0 eval.every_steps=0
   eval.at_start=false eval.at_end=false seed=4099"
@@ -132,7 +136,11 @@ case $PHASE in
     pack pilot "$WORK/pilot"
     python3 scripts/pilot_seed_checks.py "$WORK/pilot" $READ --alone "$WORK/alone" \
       --chosen-env "$OUTDIR/chosen.env" 2>&1 | tee "$OUTDIR/checks.md"
-    [ -f "$OUTDIR/chosen.env" ] && echo "chosen setting:" && cat "$OUTDIR/chosen.env" ;;
+    if [ -f "$OUTDIR/chosen.env" ]; then  # frozen.env as PLAN.md has it, to be committed before any confirm
+      echo "POLICY_SHA256=$POLICY_SHA256" >> "$OUTDIR/chosen.env"
+      [ -n "$EXTRA" ] && echo "EXTRA=\"$EXTRA\"" >> "$OUTDIR/chosen.env"
+      echo "chosen setting (commit as results/headline_v4/frozen.env):"; cat "$OUTDIR/chosen.env"
+    fi ;;
   *)
     timeout "$(left 40)" python3 scripts/launch_parallel.py --gpus "$NGPU" --per-gpu "$R" \
       --out "$WORK/$PHASE" "${ARGS[@]}" -- $COMMON 2>&1 | tee -a "$OUTDIR/launch.log"
