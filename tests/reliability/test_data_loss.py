@@ -159,11 +159,31 @@ class SignalAt(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _default_dispositions() -> None:
+    """Each stop signal at its default. The suite may be started with SIGHUP ignored (nohup) or SIGINT ignored (a
+    script's background job), which pods rightly leaves alone (test below); the tests of the handler itself must
+    not depend on how the suite was started."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+
+
+@pytest.fixture
+def signals_at_default():
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    _default_dispositions()
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
 @pytest.mark.parametrize(
     "signum, at", [(signal.SIGINT, 2), (signal.SIGTERM, 1), (signal.SIGHUP, 3), (signal.SIGINT, 4)]
 )
 def test_a_signal_saves_at_the_next_step_boundary_and_the_resume_is_bitwise(
-    signum, at, finished, make_cfg, tmp_path, caplog
+    signum, at, finished, make_cfg, tmp_path, caplog, signals_at_default
 ):
     """At step 4 (the last) the loop ends before the next step: the save comes before the final eval."""
     d = tmp_path / "run"
@@ -263,7 +283,7 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_no_torn_checkpoint(finished, m
     over = [*COMMON, "checkpoint.every_steps=2"]
     proc = subprocess.run(
         [sys.executable, "-c", SECOND_CTRL_C, str(d), *over], cwd=ROOT, capture_output=True, text=True,
-        timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_default_dispositions,
     )  # fmt: skip
     assert proc.returncode == 130, proc.stderr[-3000:]
     root = d / "checkpoints"
