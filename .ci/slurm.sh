@@ -97,10 +97,11 @@ alive /run/slurmctld.pid || slurmctld
 alive "/run/slurmd-$host.pid" || slurmd
 [ $two = 1 ] && bash "$here/slurm-nodes.sh" start
 for _ in $(seq 60); do
-  if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+  # this host's node, not any node: the two namespace nodes may answer first
+  if [ "$(idle debug)" -ge 1 ]; then echo "slurm: up ($host, partition debug)"; break; fi
+  # a node that was down (a restart of the daemons) comes back only when told to
+  if sinfo -h -N -p debug -o %T 2>/dev/null | grep -qiE 'down|drain'; then
     scontrol update nodename="$host" state=resume 2>/dev/null || true
-    echo "slurm: up ($host, partition debug)"
-    break
   fi
   sleep 0.5
 done
