@@ -98,7 +98,11 @@ def main() -> None:
     p.add_argument("--grid-step", type=float, required=True)
     p.add_argument("--x-max", type=float, required=True)
     p.add_argument("--alone", type=Path, help="runs each alone on a GPU (one GRPO, one PODS)")
-    p.add_argument("--chosen-env", type=Path, help="write the chosen setting's LR= and WARMUP_STEPS= here")
+    p.add_argument(
+        "--chosen-env",
+        type=Path,
+        help="write the chosen setting's LR=, WARMUP_STEPS=, SETTING= and SETTING_EXTRA= here",
+    )
     args = p.parse_args()
     # a directory of runs is one setting (a confirmatory call); otherwise each sub-directory with runs is one
     is_runs = (
@@ -119,7 +123,13 @@ def main() -> None:
     print(to_markdown(rows, crit, alone))
     chosen = choose(rows)
     if args.chosen_env and chosen:
-        args.chosen_env.write_text(f"LR={rows[chosen]['lr']}\nWARMUP_STEPS={rows[chosen]['warmup']}\n")
+        env = f"LR={rows[chosen]['lr']}\nWARMUP_STEPS={rows[chosen]['warmup']}\nSETTING={chosen}\n"
+        # the setting's own overrides beyond lr and warm-up (its eval, prompts per step), as the launch wrote them
+        extra_file = next(d for d in settings if d.name == chosen) / "setting_extra.txt"
+        extra = extra_file.read_text().strip() if extra_file.is_file() else ""
+        if extra:
+            env += f'SETTING_EXTRA="{extra}"\n'
+        args.chosen_env.write_text(env)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,10 @@ def test_smoke_pilot_then_confirm(tmp_path):
     assert "share_prefill: false" in cfg and "extra overrides: rollout.hf.share_prefill=false" in r.stdout
 
     frozen = tmp_path / "frozen.env"
-    frozen.write_text(f"LR=2e-5\nWARMUP_STEPS=100\nPOLICY_SHA256={SHA}\n")
+    # amendment 3's frozen lines: the setting's own overrides, and no step-cost pair alone in the call
+    frozen.write_text(
+        f'LR=2e-5\nWARMUP_STEPS=100\nPOLICY_SHA256={SHA}\nSETTING_EXTRA="eval.num_samples=2"\nALONE_PAIR=0\n'
+    )
     r = run(tmp_path, "confirm", "--seeds", "1-2", FROZEN=str(frozen), OUT=str(tmp_path / "out2"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     table = (tmp_path / "out2" / "table.md").read_text()
@@ -82,3 +85,5 @@ def test_smoke_pilot_then_confirm(tmp_path):
         runs = [n for n in t.getnames() if n.endswith("config.yaml") and n.count("/") == 2]  # confirm/<run>/
         configs = [t.extractfile(n).read().decode() for n in runs]
     assert len(configs) == 4 and all("warmup_steps: 100" in c and "lr: 2.0e-05" in c for c in configs)
+    assert all("num_samples: 2" in c for c in configs)
+    assert "no step-cost pair alone" in r.stdout and not (tmp_path / "out2" / "alone.tgz").exists()

@@ -34,7 +34,13 @@ POLICY_SHA256=43a22e9fca075a1fbc0895f117a77af9bf764433e7835b462a46e11860dd53ba  
 # The pilot's settings (PLAN.md): name, lr, warm-up steps; setting k runs on GPU k, the 4th only on 4 GPUs.
 SETTINGS=("s1 1e-5 0" "s2 2e-5 100" "s3 4e-5 100" "s4 4e-5 300")
 # PILOT=2 (PLAN.md, amendment 1): pilot 2's settings, "name lr warm-up [extra overrides]", and its fresh seeds.
-if [ "${PILOT:-1}" = 2 ]; then SETTINGS=("t1 1e-5 0 eval.temperature=0.9 eval.num_samples=2"); PILOT_SEED0=4010
+SAMPLED="eval.temperature=0.9 eval.num_samples=2"  # amendment 1's eval: the training temperature, 2 samples
+if [ "${PILOT:-1}" = 2 ]; then SETTINGS=("t1 1e-5 0 $SAMPLED"); PILOT_SEED0=4010
+# PILOT=3 (amendment 3): prompts per step x lr, the sampled eval, a 360-s window, no step-cost pair in the call
+elif [ "${PILOT:-1}" = 3 ]; then
+  SETTINGS=("u1 1e-5 0 $SAMPLED algo.prompts_per_step=16" "u2 1.5e-5 0 $SAMPLED"
+    "u3 1.5e-5 0 $SAMPLED algo.prompts_per_step=16" "u4 1e-5 0 $SAMPLED algo.prompts_per_step=32")
+  PILOT_SEED0=4020; WINDOW_S=360; ALONE_PAIR=0
 else PILOT_SEED0=4000; fi
 if [ "${SMOKE:-0}" = 1 ]; then
   export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -62,11 +68,19 @@ if [ "$PHASE" = pilot ]; then
   LR=1e-5; WARMUP_STEPS=0  # the alone timing's setting (lr does not change a step's cost)
   EXTRA=${EXTRA:-}
 else
-  LR=""; WARMUP_STEPS=""; POLICY_SHA256=""; EXTRA=""  # only frozen.env sets them
+  LR=""; WARMUP_STEPS=""; POLICY_SHA256=""; EXTRA=""; SETTING_EXTRA=""  # only frozen.env sets them
+  WINDOW_S=""; ALONE_PAIR=""  # frozen.env may set them (amendment 3); unset: 300 s and the alone pair
   source "$FROZEN"
   [ -n "$LR" ] && [ -n "$WARMUP_STEPS" ] && [ -n "$POLICY_SHA256" ] || {
     echo "$FROZEN needs LR=, WARMUP_STEPS= and POLICY_SHA256="; exit 1; }
 fi
+# the window (seconds of training clock) of the pilot's settings or the frozen one; SMOKE keeps its own
+if [ "${SMOKE:-0}" != 1 ] && [ -n "${WINDOW_S:-}" ]; then
+  [[ "$WINDOW_S" =~ ^[0-9]+$ ]] || { echo "WINDOW_S=$WINDOW_S: not a whole number of seconds"; exit 1; }
+  WINDOW=$WINDOW_S; READ="--grid-step $EVERY --x-max $WINDOW"
+fi
+ALONE_PAIR=${ALONE_PAIR:-1}
+echo "window ${WINDOW}s of training clock; step-cost pair alone: $([ "$ALONE_PAIR" = 1 ] && echo yes || echo no)"
 GOT=$(sha256sum "$(python3 -c "import pods; print(pods.ASSETS / 'headline')")/model.safetensors" | cut -d' ' -f1)
 [ "$GOT" = "$POLICY_SHA256" ] || { echo "shipped policy sha256 $GOT != frozen $POLICY_SHA256"; exit 1; }
 GRPO=none-n16-m16; PODS=max_variance-n64-m16
@@ -76,10 +90,10 @@ common() {  # common <lr> <warm-up steps>
   echo "model=headline dataset=arithmetic_hard_local dataset.eval_task=data/arithmetic_hard/eval_2k.jsonl $EVAL $HW
     sampling.temperature=0.9 algo.prompts_per_step=$PPS max_steps=100000 max_train_time=$WINDOW eval.every_steps=0
     eval.every_seconds=$EVERY eval.at_start=true checkpoint.every_seconds=0 checkpoint.every_steps=0
-    checkpoint.save_final=false optim.lr=$1 optim.warmup_steps=$2 $EXTRA $SMOKE_OVR"
+    checkpoint.save_final=false optim.lr=$1 optim.warmup_steps=$2 $EXTRA ${SETTING_EXTRA:-} $SMOKE_OVR"
 }
 COMMON=$(echo $(common "$LR" "$WARMUP_STEPS"))
-echo "lr $LR, warm-up $WARMUP_STEPS steps (in the pilot: the step-cost runs; each setting has its own); extra overrides: ${EXTRA:-none}"
+echo "lr $LR, warm-up $WARMUP_STEPS steps (in the pilot: the step-cost runs; each setting has its own); extra overrides: ${EXTRA:-none}; the setting's: ${SETTING_EXTRA:-none}"
 # Step cost, each run alone on a GPU: no eval, ALONE_S seconds of training clock, seed 4099 (steps 3+ are read).
 ALONE="$(echo $(common "$LR" "$WARMUP_STEPS")) max_train_time=$ALONE_S eval.every_seconds=0 eval.every_steps=0
   eval.at_start=false eval.at_end=false seed=4099"
@@ -91,6 +105,7 @@ pack() {  # pack <name> <dir>: the runs' records, configs and logs
   (cd "$(dirname "$2")" && tar czf "$OUTDIR/$1.tgz" --exclude='*.pt' --exclude='*.safetensors' "$(basename "$2")")
 }
 time_alone() {  # GRPO and PODS of the call's setting, each alone on a GPU (side by side on two GPUs)
+  [ "$ALONE_PAIR" = 1 ] || { echo "no step-cost pair alone in this call (ALONE_PAIR=0)"; return 0; }
   timeout "$(left 440)" python3 scripts/launch_parallel.py --gpus "$(( NGPU < 2 ? NGPU : 2 ))" --per-gpu 1 \
     --out "$WORK/alone" --case "arm=$GRPO" --case "arm=$PODS" -- $ALONE 2>&1 | tee -a "$OUTDIR/launch.log"
   pack alone "$WORK/alone"
@@ -127,6 +142,8 @@ case $PHASE in
     for k in $(seq 0 $(( N - 1 ))); do
       read -r name lr warm extra <<< "${SETTINGS[$k]}"
       C=$(echo $(common "$lr" "$warm") $extra)
+      mkdir -p "$WORK/pilot/$name-lr$lr-w$warm"  # the setting's own overrides, for chosen.env
+      echo "$extra" > "$WORK/pilot/$name-lr$lr-w$warm/setting_extra.txt"
       CUDA_VISIBLE_DEVICES=${IDS[$(( k % NGPU ))]} timeout "$(left 25)" python3 scripts/launch_parallel.py \
         --gpus 1 --per-gpu "$PER" --out "$WORK/pilot/$name-lr$lr-w$warm" "${CASES[@]}" -- $C \
         > "$WORK/launch_$name.log" 2>&1 &
@@ -138,6 +155,9 @@ case $PHASE in
       --chosen-env "$OUTDIR/chosen.env" 2>&1 | tee "$OUTDIR/checks.md"
     if [ -f "$OUTDIR/chosen.env" ]; then  # frozen.env as PLAN.md has it, to be committed before any confirm
       echo "POLICY_SHA256=$POLICY_SHA256" >> "$OUTDIR/chosen.env"
+      # the chosen setting's own overrides (SETTING_EXTRA=, written by the checks), window and alone pair
+      [ "$WINDOW" != 300 ] && [ "${SMOKE:-0}" != 1 ] && echo "WINDOW_S=$WINDOW" >> "$OUTDIR/chosen.env"
+      [ "$ALONE_PAIR" = 1 ] || echo "ALONE_PAIR=0" >> "$OUTDIR/chosen.env"
       [ -n "$EXTRA" ] && echo "EXTRA=\"$EXTRA\"" >> "$OUTDIR/chosen.env"
       echo "chosen setting (commit as results/headline_v4/frozen.env):"; cat "$OUTDIR/chosen.env"
     fi ;;
@@ -150,7 +170,7 @@ case $PHASE in
         > /dev/null && cat "$WORK/cmp/summary.md"
       echo; python3 scripts/pilot_seed_checks.py "$WORK/$PHASE" $READ --alone "$WORK/alone"
       echo; python3 scripts/phase_totals.py "$WORK/$PHASE"
-      echo; echo "Alone on a GPU:"; python3 scripts/phase_totals.py "$WORK/alone"
+      [ "$ALONE_PAIR" = 1 ] && { echo; echo "Alone on a GPU:"; python3 scripts/phase_totals.py "$WORK/alone"; }
     } 2>&1 | tee "$OUTDIR/table.md" ;;
 esac
 echo "call done in ${SECONDS}s"

@@ -43,6 +43,8 @@ def pilot(tmp_path: Path) -> Path:
         write_run(root / "s3" / f"g{s}", "none-n16-m16", s, 4e-5, 100, jumpy, 0.2)
     for name, lr, warm in (("s1", 1e-5, 0), ("s2", 2e-5, 100), ("s3", 4e-5, 100)):
         write_run(root / name / "p4001", "max_variance-n64-m16", 4001, lr, warm, gradual(0.1, 9), 0.3)
+    # the setting's own overrides, as headline_v4.sh writes them at launch
+    (root / "s2" / "setting_extra.txt").write_text("algo.prompts_per_step=16\n")
     return root
 
 
@@ -73,7 +75,11 @@ def test_table_choice_and_env(tmp_path):
     )
     assert "| 1.500 |" in rows["s2"]  # the shared PODS/GRPO step ratio is 0.3 / 0.2
     assert "Chosen (largest GRPO rise over median seed noise among passing settings): s2" in out
-    assert env.read_text() == "LR=2e-05\nWARMUP_STEPS=100\n"
+    assert (
+        env.read_text()
+        == 'LR=2e-05\nWARMUP_STEPS=100\nSETTING=s2\nSETTING_EXTRA="algo.prompts_per_step=16"\n'
+    )
+
     assert "| s3 | none-n16-m16-s4001 |" in out and out.count("**yes** |") >= 2  # take-offs named per seed
 
 
