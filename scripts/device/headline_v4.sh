@@ -38,8 +38,9 @@ SAMPLED="eval.temperature=0.9 eval.num_samples=2"  # amendment 1's eval: the tra
 if [ "${PILOT:-1}" = 2 ]; then SETTINGS=("t1 1e-5 0 $SAMPLED"); PILOT_SEED0=4010
 # PILOT=3 (amendment 3): prompts per step x lr, the sampled eval, a 360-s window, no step-cost pair in the call
 elif [ "${PILOT:-1}" = 3 ]; then
-  SETTINGS=("u1 1e-5 0 $SAMPLED algo.prompts_per_step=16" "u2 1.5e-5 0 $SAMPLED"
-    "u3 1.5e-5 0 $SAMPLED algo.prompts_per_step=16" "u4 1e-5 0 $SAMPLED algo.prompts_per_step=32")
+  # in the order they run on fewer GPUs: on 2, u1 and u4 (the batch lever at the lr that does not harm)
+  SETTINGS=("u1 1e-5 0 $SAMPLED algo.prompts_per_step=16" "u4 1e-5 0 $SAMPLED algo.prompts_per_step=32"
+    "u3 1.5e-5 0 $SAMPLED algo.prompts_per_step=16" "u2 1.5e-5 0 $SAMPLED")
   PILOT_SEED0=4020; WINDOW_S=360; ALONE_PAIR=0
 else PILOT_SEED0=4000; fi
 if [ "${SMOKE:-0}" = 1 ]; then
