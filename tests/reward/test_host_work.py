@@ -83,3 +83,43 @@ def test_format_reward_scores_each_distinct_text_once_as_it_scores_each():
     want = [functions._format_score(c) if isinstance(c, str) else 0.0 for c in comps]
     assert functions.format_reward(comps) == want
     assert {1.0, 0.5, 0.0} <= set(want)
+
+
+def test_training_with_the_cheaper_host_work_matches_and_resumes_bitwise(make_cfg, tmp_path, monkeypatch):
+    """The Trainer, PODS 8/4 on the graph loop (eager on a CPU): 4 steps give the records and weights of 4 steps
+    with the host work as it was (batch_decode of every row, every pair parsed anew, every text's format scored),
+    and so do 2 steps, a checkpoint and a resume to 4."""
+    import torch
+
+    from bench.host_work import GraderBefore
+    from pods import checkpoint as ckpt
+    from pods.rollout.hf import HFGenerator
+    from pods.tracking import read_metrics
+    from pods.train import run
+    from tests.conftest import SAME_RUN_KEYS, SMOKE
+
+    common = [*SMOKE, "selector=max_variance", "eval.at_end=false", "rollout.hf.compile=true"]
+    common += ["reward=accuracy_format"]
+    dirs = {k: tmp_path / k for k in ("before", "after", "resumed")}
+    with monkeypatch.context() as m:  # the host work as it was
+        m.setattr(
+            HFGenerator,
+            "detokenize",
+            lambda self, comp: self.tok.batch_decode(comp, skip_special_tokens=True),
+        )
+        m.setattr(Grader, "_local", GraderBefore._local)
+        m.setattr(functions, "_score_once", lambda scores, text: functions._format_score(text))
+        run(make_cfg(*common, "max_steps=4", run_dir=dirs["before"]))
+    run(make_cfg(*common, "max_steps=4", run_dir=dirs["after"]))
+    run(make_cfg(*common, "max_steps=2", run_dir=dirs["resumed"]))
+    run(make_cfg(*common, "max_steps=4", "resume=true", run_dir=dirs["resumed"]))
+    recs = {
+        k: [r for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "train"] for k, d in dirs.items()
+    }
+    assert [r["step"] for r in recs["resumed"]] == [1, 2, 3, 4]
+    for k in ("after", "resumed"):
+        for x, y in zip(recs["before"], recs[k], strict=True):
+            assert all(x.get(key) == y.get(key) for key in SAME_RUN_KEYS + ("reward/format",)), (k, x["step"])
+    weights = {k: ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for k, d in dirs.items()}
+    for k in ("after", "resumed"):
+        assert all(torch.equal(weights["before"][n], weights[k][n]) for n in weights["before"])
