@@ -12,7 +12,7 @@ process's HF backend (benchmark only; nothing in pods changes):
                    step costs the same in a fixed-shape batch)
     warm-up        the two eager steps and the capture of a released graph (CUDA, every call)
     sampling       (CPU only, inside decode) the warpers, softmax and draw of every step (step_graph.pick)
-    detokenize     batch_decode of every completion (host, per row)
+    detokenize     the completions' texts (host: HFGenerator.detokenize, each distinct row decoded once)
     gen. other     the rest of generation: padding rows, the device-to-host copy, the completion mask,
                    merging a LoRA adapter in and out, building the Rollouts
     logprobs       old / reference log-probs of the update (only with mu > 1 or beta > 0)

@@ -123,3 +123,15 @@ def test_training_with_the_cheaper_host_work_matches_and_resumes_bitwise(make_cf
     weights = {k: ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for k, d in dirs.items()}
     for k in ("after", "resumed"):
         assert all(torch.equal(weights["before"][n], weights[k][n]) for n in weights["before"])
+
+
+def test_the_benchmark_refuses_arms_that_disagree():
+    """bench/host_work.py: an A/B of before and after times only calls that give the same output."""
+    from bench.host_work import ab
+
+    same = {f"{p} {a}": (lambda: [1.0, 0.0]) for p in ("detokenize", "reward") for a in ("before", "after")}
+    out = ab(same, reps=3)
+    assert set(out) == set(same) and all(v["wall_min"] <= v["wall_median"] for v in out.values())
+    differ = dict(same, **{"reward after": lambda: [1.0, 1.0]})
+    with pytest.raises(AssertionError, match="reward: before and after differ on 1 rows"):
+        ab(differ, reps=3)
