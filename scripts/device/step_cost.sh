@@ -72,7 +72,7 @@ sweep() {  # today's code (the first variant): which parts grow with rows
     --label "${v%%=*}" --out "$R/sweep"
 }
 host() {  # detokenize and reward before and after issue 38's host-work changes, alternating (bench/host_work.py)
-  job "$1" 150 host_ab $B --settings "" --host-ab --out "$R/host_ab"
+  job "$1" 150 host_ab $B --settings "" --host-ab $(sets "${VLIST[0]}") --out "$R/host_ab"
 }
 packed() {  # packed <gpu> <variant>...: 3 GRPO and 3 PODS processes at once on one GPU, each for the same
   # seconds of training clock
