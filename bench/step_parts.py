@@ -71,7 +71,7 @@ class Probe:
     def _wrap_tokenizer(self) -> None:
         g = self.gen
         g.tokenize = self.timed("tokenize", g.tokenize)
-        g.tok.batch_decode = self.timed("detokenize", g.tok.batch_decode)
+        g.detokenize = self.timed("detokenize", g.detokenize)
 
     def _wrap_decoders(self) -> None:
         g, own = self.gen, self.gen._step_decoder

@@ -12,7 +12,7 @@ process's HF backend (benchmark only; nothing in pods changes):
                    step costs the same in a fixed-shape batch)
     warm-up        the two eager steps and the capture of a released graph (CUDA, every call)
     sampling       (CPU only, inside decode) the warpers, softmax and draw of every step (step_graph.pick)
-    detokenize     batch_decode of every completion (host, per row)
+    detokenize     the completions' texts (host: HFGenerator.detokenize, each distinct row decoded once)
     gen. other     the rest of generation: padding rows, the device-to-host copy, the completion mask,
                    merging a LoRA adapter in and out, building the Rollouts
     logprobs       old / reference log-probs of the update (only with mu > 1 or beta > 0)
@@ -166,6 +166,47 @@ def prefill_ab(args, reps: int = 4) -> list[dict]:
     return out
 
 
+def host_ab(args, reps: int = 30) -> list[dict]:
+    """Detokenize and reward before and after issue 38's host-work changes (bench/host_work.py), alternating,
+    on one set of rollouts: the first `--prompts-per-step` training prompts x 64 rows of the headline policy
+    at T=0.9 (seeded; transformers' generate loop, nothing to compile: the rollouts are only the input here),
+    and their first 16 rows per prompt (GRPO's batch)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.host_work import ab, arms
+    from pods.reward.grading import Grader
+    from pods.rollout.hf import HFGenerator
+
+    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "host_ab", "none", 16, 16, [])
+    path = cfg.model.path
+    tok = AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
+    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    gen = HFGenerator(model, tok, args.device, args.rollout_batch, cfg.model.max_completion_len,
+                      dtype=dtype, max_prompt_len=cfg.model.max_prompt_len)  # fmt: skip
+    torch.manual_seed(args.seed)
+    r = gen.generate(prompts, list(range(len(prompts))), 64, 0.9)
+    comp = r.input_ids[:, r.prompt_len :]
+    grader = Grader(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers)
+    grader.wait_ready(120)
+    out = []
+    try:
+        for n in (16, 64):
+            keep = [p * 64 + j for p in range(len(prompts)) for j in range(n)]
+            golds = [str(lines[p]["answer"]) for p in range(len(prompts)) for _ in range(n)]
+            texts = [r.texts[i] for i in keep]
+            row = {"n": n, "rows": len(keep), "distinct completions": len(set(texts)),
+                   "mean length": float(r.completion_mask[keep].sum(1).float().mean())}  # fmt: skip
+            row.update(ab(arms(tok, comp[keep], golds, grader), reps))
+            out.append(row)
+            print(f"host work, {len(keep)} rows: done", flush=True)
+    finally:
+        grader.close()
+    return out
+
+
 def fmt_ms(x: float) -> str:
     return f"{1e3 * x:.1f}"
 
@@ -175,8 +216,8 @@ def markdown(res: dict) -> str:
     lines = [f"# Step cost by part ({res['device']}, {res['shape']})", ""]
     lines += [f"Command: `{res['command']}`", "", "ms per step, mean over steps after the first "
               f"{res['args']['skip']} (steps: {res['args']['steps']})", ""]  # fmt: skip
-    if not runs:  # --prefill-ab alone
-        lines = lines[:2]
+    if not runs:  # --prefill-ab or --host-ab alone
+        lines = lines[:4]
     head = ["part", *[r["name"] for r in runs]]
     pair = None
     names = [r["name"] for r in runs]
@@ -201,6 +242,19 @@ def markdown(res: dict) -> str:
         for r in res["prefill_ab"]:
             lines.append(f"| {r['rows']} | {r['share_prefill']} | {r['wall_ms']:.1f} | {r['cpu_ms']:.1f} | "
                          f"{r.get('tokens_differ', '')} |")  # fmt: skip
+    if res.get("host_ab"):
+        lines += ["", f"Host work per step, before and after (bench/host_work.py; {res['args']['host_reps']} "
+                  "alternating calls each; ms: min / median of wall, min / median of process CPU):", "",
+                  "| rows | distinct completions | part | before wall | after wall | before CPU | after CPU |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in res["host_ab"]:
+            for part in ("detokenize", "reward"):
+                b, a = r[f"{part} before"], r[f"{part} after"]
+                lines.append(
+                    f"| {r['rows']} | {r['distinct completions']} | {part} | {b['wall_min']:.2f} / "
+                    f"{b['wall_median']:.2f} | {a['wall_min']:.2f} / {a['wall_median']:.2f} | {b['cpu_min']:.2f} / "
+                    f"{b['cpu_median']:.2f} | {a['cpu_min']:.2f} / {a['cpu_median']:.2f} |"
+                )
     if res.get("pick_ms"):
         lines += ["", "Sampling alone (eager, one call on (rows, vocab) logits, T=0.9), ms: "
                   + ", ".join(f"{k} rows {v:.3f}" for k, v in res["pick_ms"].items())]  # fmt: skip
@@ -237,14 +291,16 @@ def main() -> None:
     p.add_argument("--sweep-m", type=int, default=16)
     p.add_argument("--pick-micro", action="store_true", help="time the sampling alone at each row count")
     p.add_argument("--prefill-ab", action="store_true", help="headline: the prefill alone, shared or per row")
+    p.add_argument("--host-ab", action="store_true", help="headline: detokenize and reward, before/after")
+    p.add_argument("--host-reps", type=int, default=30, help="--host-ab: calls per arm")
     p.add_argument("--label", default="")
     p.add_argument("--out", default="results/step_cost/run")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = parse_settings(args)
-    if not settings and not args.prefill_ab:
-        p.error("nothing to run: give --settings, --sweep or --prefill-ab")
+    if not settings and not args.prefill_ab and not args.host_ab:
+        p.error("nothing to run: give --settings, --sweep, --prefill-ab or --host-ab")
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     shape = (f"random Qwen2 {args.layers} layers x {args.hidden}{', LoRA' if args.lora else ''}"
              if args.random_shape else f"headline, {args.dataset}")  # fmt: skip
@@ -266,6 +322,8 @@ def main() -> None:
             save_results(Path(args.out), res, markdown(res))
     if args.prefill_ab:
         res["prefill_ab"] = prefill_ab(args)
+    if args.host_ab:
+        res["host_ab"] = host_ab(args, args.host_reps)
     if args.pick_micro:
         vocab = 313 if not args.random_shape else args.vocab
         rows = sorted({r["n"] * args.prompts_per_step for r in res["runs"]})

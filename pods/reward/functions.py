@@ -36,7 +36,14 @@ def format_reward(completions: list[str], answers: list[str] | None = None, **kw
     >>> format_reward(["<think>hm</think>\\n<answer>4</answer>", "<answer>4</answer>", "4"])
     [1.0, 0.5, 0.0]
     """
-    return [_format_score(c) if isinstance(c, str) else 0.0 for c in completions]
+    scores: dict[str, float] = {}  # n samples of a prompt repeat: each distinct text is scored once
+    return [_score_once(scores, c) if isinstance(c, str) else 0.0 for c in completions]
+
+
+def _score_once(scores: dict[str, float], text: str) -> float:
+    if text not in scores:
+        scores[text] = _format_score(text)
+    return scores[text]
 
 
 def _format_score(text: str) -> float:

@@ -112,9 +112,12 @@ class Grader:
 
     def score_batch(self, completions: list, golds: list) -> list[float]:
         """One 0/1 score per completion. Never raises; n_timeouts / n_errors count completions.
-        Identical (completion, gold) pairs are decided once: n samples of one prompt repeat a lot (PODS
-        grades 64 per prompt, and parsing exact numbers is most of a grade's cost)."""
+        Identical (completion, gold) pairs are decided once, and within a batch each completion's answer is
+        extracted once, each text parsed as a number once and each (answer, gold) pair decided once: n samples
+        of one prompt repeat a lot (PODS grades 64 per prompt against one gold answer, and parsing exact numbers
+        is most of a grade's cost). The verdicts are those of deciding every pair on its own."""
         seen: dict[tuple[str, str], str | tuple[str, str]] = {}
+        memo = _Memo()
         verdicts = []
         for c, g in zip(completions, golds, strict=True):
             if not (isinstance(c, str) and isinstance(g, str)):
@@ -122,7 +125,7 @@ class Grader:
                 continue
             v = seen.get((c, g))
             if v is None:
-                v = seen[(c, g)] = self._local(c, g)
+                v = seen[(c, g)] = self._local(c, g, memo)
             verdicts.append(v)
         pending: dict[tuple[str, str], list[int]] = {}
         for i, v in enumerate(verdicts):
@@ -143,22 +146,48 @@ class Grader:
         self.n_errors += sum(v == "error" for v in verdicts)
         return [1.0 if v == "true" else 0.0 for v in verdicts]
 
-    def _local(self, completion, gold) -> str | tuple[str, str]:
-        """A verdict decided here, or the (answer, gold) pair a worker must decide."""
+    def _local(self, completion, gold, memo: _Memo | None = None) -> str | tuple[str, str]:
+        """A verdict decided here, or the (answer, gold) pair a worker must decide. `memo` (one batch's)
+        remembers what is a pure function of its input; without it every step runs."""
+        memo = _Memo() if memo is None else memo
         try:
             if not isinstance(completion, str) or not isinstance(gold, str):
                 return "error"
-            pred = extract_answer(completion[-self.max_chars :], self.boxed)
+            pred = memo.get(
+                memo.answers, completion, lambda: extract_answer(completion[-self.max_chars :], self.boxed)
+            )
             if not pred or len(pred) > self.max_answer_chars:
                 return "false"
             if len(gold) > 16 * self.max_answer_chars:
                 return "error"  # a gold answer this long is a data problem; show it in n_errors
-            a, b = parse_number(pred), parse_number(gold)
-            if a is not None and b is not None:
-                return "true" if numbers_match(a, b, self.rel_tol, self.round_to_reference) else "false"
-            return (pred, gold)
+            return memo.get(memo.pairs, (pred, gold), lambda: self._decide(pred, gold, memo))
         except Exception:
             return "error"
+
+    def _decide(self, pred: str, gold: str, memo: _Memo) -> str | tuple[str, str]:
+        a = memo.get(memo.numbers, pred, lambda: parse_number(pred))
+        b = memo.get(memo.numbers, gold, lambda: parse_number(gold))
+        if a is not None and b is not None:
+            return "true" if numbers_match(a, b, self.rel_tol, self.round_to_reference) else "false"
+        return (pred, gold)
+
+
+class _Memo:
+    """One batch's results of pure steps, by input: answers (completion -> extracted answer), numbers (text ->
+    parse_number), pairs ((answer, gold) -> verdict or the pair for a worker). A step that raises stores
+    nothing, so it raises again for the next row that needs it (and that row's verdict is "error" too)."""
+
+    def __init__(self) -> None:
+        self.answers: dict = {}
+        self.numbers: dict = {}
+        self.pairs: dict = {}
+
+    @staticmethod
+    def get(table: dict, key, compute):
+        if key in table:
+            return table[key]
+        table[key] = value = compute()
+        return value
 
 
 def numbers_match(pred: Number, gold: Number, rel_tol: float = 0.0, round_to_reference: bool = True) -> bool:

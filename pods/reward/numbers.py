@@ -35,6 +35,7 @@ _DECIMAL = re.compile(rf"(?P<int>{_INT})?(?:\.(?P<frac>\d*))?")
 _EXP = re.compile(
     r"(?:[eE](?P<e1>[+-]?\d+)|\s*(?:\\times|\\cdot|×|\*)\s*10\s*\^\s*(?:\{\s*(?P<e2>[+-]?\d+)\s*\}|(?P<e3>[+-]?\d)))$"
 )
+_PLAIN_INT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: re's \d and int() take other scripts' digits too
 _FRAC = re.compile(
     r"(?:(?P<whole>\d+)\s*)?\\[dt]?frac(?:\{\s*(?P<a>[+-]?\d+)\s*\}\{\s*(?P<b>[+-]?\d+)\s*\}|(?P<a1>\d)(?P<b1>\d))"
 )
@@ -86,6 +87,13 @@ def parse_number(text: str) -> Number | None:
     """
     if not isinstance(text, str) or len(text) > MAX_DIGITS + 200:
         return None
+    if _PLAIN_INT.fullmatch(text) and len(text) <= MAX_DIGITS:  # "42", "-7": what the rest gives, sooner
+        return Number(Fraction(int(text)))
+    return _parse(text)
+
+
+def _parse(text: str) -> Number | None:
+    """parse_number's general path (any text the fast path does not take)."""
     s = normalise(text)
     percent = False
     for unit in _UNITS_AFTER:

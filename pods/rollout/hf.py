@@ -365,7 +365,7 @@ class HFGenerator(Backend):
         )
         cmask = completion_mask_from_eos(comp, self.eos_ids, self.pad_id)
         comp = torch.where(cmask.bool(), comp, torch.full_like(comp, self.pad_id))
-        texts = self.tok.batch_decode(comp, skip_special_tokens=True)
+        texts = self.detokenize(comp)
         return Rollouts(
             input_ids=torch.cat([ids, comp], 1),
             attention_mask=torch.cat([am, cmask], 1),
@@ -376,6 +376,47 @@ class HFGenerator(Backend):
             group_size=n,
             sampling=Sampling(temperature, top_p, top_k),
         )
+
+    def detokenize(self, comp: torch.Tensor) -> list[str]:
+        """(B, L) completion ids, padded after each row's stop -> B texts (decode_completions)."""
+        return decode_completions(self.tok, comp)
+
+
+def decode_completions(tok, comp: torch.Tensor) -> list[str]:
+    """The texts `tok.batch_decode(comp, skip_special_tokens=True)` gives, with less work per row (issue 38):
+    rows told apart by their bytes, and only the distinct ones copied to Python ints and decoded (n samples of a
+    prompt often repeat: 216 distinct of 512 in a PODS step of the headline policy at T=0.9), each by the Rust
+    tokenizer directly where transformers' per-row decode is exactly that call. A loop over the rows, not the
+    Rust decode_batch: that one runs on a thread pool, and on the loaded 2-core CPU its median was 1.2-3.6x
+    the loop's (equal minima)."""
+    ids = comp.cpu().numpy()
+    index: dict[bytes, int] = {}  # a row's bytes -> its place among the distinct rows (by first appearance)
+    where = [index.setdefault(row.tobytes(), len(index)) for row in ids]
+    firsts: dict[int, int] = {}
+    for i, w in enumerate(where):
+        firsts.setdefault(w, i)
+    rows = ids[list(firsts.values())].tolist()  # the distinct rows, as Python ints
+    rust = _rust_decoder(tok)
+    if rust is not None:
+        texts = [rust.decode(r, skip_special_tokens=True) for r in rows]
+    else:
+        texts = tok.batch_decode(rows, skip_special_tokens=True) if rows else []
+    return [texts[i] for i in where]
+
+
+def _rust_decoder(tok):
+    """The Rust tokenizer behind `tok` when transformers' batch_decode(skip_special_tokens=True) is, row by row,
+    exactly its decode (a fast tokenizer with transformers' own decode methods and no clean-up pass), else None."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or getattr(tok, "clean_up_tokenization_spaces", True):
+        return None
+    owners = [
+        next((c for c in type(tok).__mro__ if k in c.__dict__), None)
+        for k in ("batch_decode", "decode", "_decode")
+    ]
+    base = ("transformers.tokenization_utils_base", "transformers.tokenization_utils_tokenizers",
+            "transformers.tokenization_utils_fast")  # fmt: skip
+    return backend if all(c is not None and c.__module__ in base for c in owners) else None
 
 
 def _sampling(kwargs: dict) -> tuple[float, float, int]:

@@ -19,8 +19,10 @@
 # left of BUDGET seconds (default 330): on one GPU the later ones are skipped.
 # Honours CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES=0 uses GPU 0 only.
 #   bash scripts/device/step_cost.sh            # .whl carried (docs/gpu.md); results in $OUT, a short table last
-# $OUT (7 files): table.md (the short table), alone.md, sweep.md, packed.md, lora3b.md (each variant's full table),
-# status.txt, step_cost.tgz (every results.json and log).
+# Then (after the first two variants alone) detokenize and reward before and after issue 38's host-work changes on
+# the same rollouts, call by call (--host-ab: bench/host_work.py; the host's CPU, where that work runs).
+# $OUT (8 files): table.md (the short table), alone.md, sweep.md, packed.md, lora3b.md (each variant's full table),
+# host_ab.md, status.txt, step_cost.tgz (every results.json and log).
 # SMOKE=1: the script's own test on a CPU, every setting shrunk to seconds (nothing from it is evidence).
 set -o pipefail
 export OMP_NUM_THREADS=2
@@ -69,6 +71,9 @@ sweep() {  # today's code (the first variant): which parts grow with rows
   job "$1" 170 sweep $B --steps $SW --skip $((SW / 3)) --settings "" --sweep 8,32,128 $(sets "$v") \
     --label "${v%%=*}" --out "$R/sweep"
 }
+host() {  # detokenize and reward before and after issue 38's host-work changes, alternating (bench/host_work.py)
+  job "$1" 150 host_ab $B --settings "" --host-ab $(sets "${VLIST[0]}") --out "$R/host_ab"
+}
 packed() {  # packed <gpu> <variant>...: 3 GRPO and 3 PODS processes at once on one GPU, each for the same
   # seconds of training clock
   local g=$1 v i s pids; shift
@@ -102,18 +107,18 @@ gpu_tests() {  # the rollout tests marked gpu: share_prefill's greedy token coun
   grep -h "greedy tokens differ\|passed\|failed" "$R/gpu_tests.log" | tee -a "$R/status.txt"
 }
 if [ "$NG" -ge 3 ]; then
-  (alone "${GPUS[0]}" "${VLIST[@]:0:2}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:2}") & a=$!
+  (alone "${GPUS[0]}" "${VLIST[@]:0:2}"; host "${GPUS[0]}"; sweep "${GPUS[0]}"; alone "${GPUS[0]}" "${VLIST[@]:2}") & a=$!
   packed "${GPUS[1]}" "${VLIST[@]}" & b=$!
   (lora3b "${GPUS[2]}" "${VLIST[@]}"; [ "$NG" -lt 4 ] && gpu_tests "${GPUS[2]}") & c=$!
   [ "$NG" -ge 4 ] && gpu_tests "${GPUS[3]}"
   wait $a $b $c
 else  # one after another, the first two variants of every setting first
   FIRST=("${VLIST[@]:0:2}"); REST=("${VLIST[@]:2}")
-  alone "${GPUS[0]}" "${FIRST[@]}"; lora3b "${GPUS[-1]}" "${FIRST[@]}"; packed "${GPUS[-1]}" "${FIRST[@]}"
+  alone "${GPUS[0]}" "${FIRST[@]}"; host "${GPUS[0]}"; lora3b "${GPUS[-1]}" "${FIRST[@]}"; packed "${GPUS[-1]}" "${FIRST[@]}"
   gpu_tests "${GPUS[0]}"; alone "${GPUS[0]}" "${REST[@]}"; sweep "${GPUS[0]}"
   lora3b "${GPUS[-1]}" "${REST[@]}"; packed "${GPUS[-1]}" "${REST[@]}"
 fi
-for n in alone sweep lora3b; do cat "$R"/${n}*/results.md > "$O/$n.md" 2>/dev/null; done
+for n in alone sweep lora3b host_ab; do cat "$R"/${n}*/results.md > "$O/$n.md" 2>/dev/null; done
 python3 scripts/step_cost_table.py "$R" --packed > "$O/packed.md" 2>/dev/null
 cp "$R/status.txt" "$O/" 2>/dev/null
 tar czf "$O/step_cost.tgz" -C "$(dirname "$R")" "$(basename "$R")" 2>/dev/null

@@ -381,8 +381,8 @@ def test_default_workers_share_cpus_between_local_ranks(monkeypatch):
 
 
 def test_identical_pairs_are_decided_once_in_the_parent(grader, monkeypatch):
-    """64 samples of a prompt repeat: each distinct (completion, gold) is parsed once, and every copy gets the
-    same verdict as grading it alone; non-strings still count as errors each."""
+    """64 samples of a prompt repeat: each distinct text (answer or gold) is parsed once per batch, and every
+    copy gets the same verdict as grading it alone; non-strings still count as errors each."""
     import pods.reward.grading as grading
 
     calls = []
@@ -392,7 +392,7 @@ def test_identical_pairs_are_decided_once_in_the_parent(grader, monkeypatch):
     golds = ["7"] * 65 + ["7"]
     before = grader.n_errors
     got = grader.score_batch(comps, golds)
-    assert len(calls) == 2 * 3  # three distinct string pairs, two numbers each
+    assert sorted(calls) == ["7", "7.0", "8"]  # gold "7" and answer "7" are one text, parsed once
     assert grader.n_errors - before == 1
     assert got == [1.0, 0.0] * 32 + [1.0, 0.0]
     assert got == [grader.score(c, g) if c is not None else 0.0 for c, g in zip(comps, golds)]
