@@ -84,6 +84,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     labels = [s.name for s in args.sweeps]
+    if len(set(labels)) < len(labels):  # calls unpacked as <call>/confirm: name them by their call
+        labels = [f"{s.parent.name}/{s.name}" for s in args.sweeps]
     plot(arm_curves(args.sweeps, args.grid_step, args.x_max), labels, args.out)
     print(f"wrote {args.out}")
 
