@@ -189,7 +189,7 @@ class PrefilterConfig:
 @dataclass(frozen=True)
 class DynamicSamplingConfig:
     """DAPO-style dynamic sampling (GRESO's base): after reward, drop zero-variance groups and draw more
-    prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/collect.py)."""
+    prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/dynamic_sampling.py)."""
 
     enabled: bool = False
     oversample: float = 1.25  # extra prompts drawn per round, as a factor

@@ -17,11 +17,13 @@ def evaluate(
     add_special_tokens: bool,
     dist,
     show: int = 0,
+    fields: list[dict] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy = mean over questions and samples of the accuracy term; also format and lengths.
 
     Samples at e.temperature (0 = greedy) with the rollouts' top_p and top_k (the sampling section). The
     questions are sharded over ranks and the per-sample results gathered.
+    Each completion is graded with its prompt and its row's `fields` too, as in training.
     Returns (metrics, the first `show` sample records for the log: logger.log_completions).
     """
     k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
@@ -37,7 +39,10 @@ def evaluate(
         batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
-    graded = reward_fn(out.texts, golds)
+    per = lambda xs: [xs[i] for i in ids for _ in range(k)]  # noqa: E731 - one entry per completion
+    graded = reward_fn(
+        out.texts, golds, prompts=per(prompts), rows=per(fields) if fields is not None else None
+    )
     terms = sorted(graded.terms)
     local = torch.stack(
         [

@@ -1,7 +1,7 @@
 """The GRPO loop with PODS down-sampling and GRESO pre-rollout filtering.
 
     for each step:
-        prompts -> pre-rollout filter -> n rollouts each -> rewards      (RolloutCollector)
+        prompts -> pre-rollout filter -> n rollouts each -> rewards -> refill    (pods/collect.py)
         keep m of n per prompt (selector)  -> advantages on the kept m
         clipped policy-gradient update (mu iterations, micro-batched)
         eval / checkpoint on the training clock
@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from pods import history, runlock
 from pods.checkpoint import RngStreams
+from pods.collect import Stages, collect
 from pods.components import resolve
 from pods.config import TrainConfig, add_special_tokens, as_container, validate
 from pods.data import PromptSampler, load_prompt_sets
@@ -42,10 +43,13 @@ from pods.models import (
     set_cuda_allocator,
 )
 from pods.prefilter import build_prefilter
+from pods.prefilter.stage import PrefilterStage
 from pods.resume import Checkpointer
 from pods.reward import build_reward
+from pods.reward.stage import RewardStage
 from pods.rollout import RolloutSettings, build_generator
-from pods.rollout.collect import RolloutCollector, completion_metrics
+from pods.rollout.dynamic_sampling import DynamicSampling
+from pods.rollout.stage import RolloutStage, completion_metrics
 from pods.selector import downsample
 from pods.selector.diagnostics import selector_metrics
 from pods.threads import set_threads
@@ -115,11 +119,15 @@ class Trainer:
         self.prefilter = build_prefilter(c.prefilter, c.seed)
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
-        self.collector = RolloutCollector(
-            c.dynamic_sampling, c.sampling, c.algo.prompts_per_step, c.selector.n, add_special_tokens(c.model),
-            self.sampler, self.prefilter, self.generator, self.reward_fn, self.train_set.prompts,
-            self.train_set.answers, self.timer, self.dist,
-        )  # fmt: skip
+        train, dist, n = self.train_set, self.dist, c.selector.n
+        self.stages = Stages(  # each built once, from its own groups
+            prefilter=PrefilterStage(self.prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
+            rollout=RolloutStage(
+                self.generator, c.sampling, n, add_special_tokens(c.model), train.prompts, dist, self.timer
+            ),
+            reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
+            refill=DynamicSampling(c.dynamic_sampling, dist),
+        )
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
         self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
@@ -195,49 +203,57 @@ class Trainer:
         return final
 
     def train_step(self) -> dict:
-        s, t = self.settings.selector, self.timer
+        """One step of the algorithm, a stage a line (each under its named timer)."""
+        c, t = self.settings, self.timer
         t.start_step()
-        with autocast(self.dtype, self.device):
-            batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
+        with autocast(self.dtype, self.device):  # rounds of: prefilter, rollout, reward, observe, refill
+            batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
-        kept = None
-        if batch is not None:
-            with t.phase("selector"):
-                kept = batch.select(
-                    downsample(s.name, batch.rewards, s.m, self.select_rng, s.own())
-                )  # (P, m)
-            with t.phase("advantages"):
-                a = self.settings.advantage
-                kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
+        kept = self.select(batch)  # keep m of n per prompt
+        self.advantages(kept, batch)
         with t.phase("update"), autocast(self.dtype, self.device):
-            c = self.settings
             rec = policy_update(
                 self.train_model, kept, self.optimizer, self.scheduler, c.algo, c.update, c.optim, self.device,
                 self.dist, self.ref,
             )  # fmt: skip
         with t.phase("weight_sync"):
             self._sync_generation_weights()
-        rec.update(self._step_metrics(batch, kept, cs, rec))
+        rec.update(self._step_metrics(batch, kept, rec))
         with t.phase("log"):
             self._log("train", rec)
         return rec
 
-    def _step_metrics(self, batch, kept, cs, update: dict) -> dict:
+    def select(self, batch):
+        """The selector: the kept m of each group's n rollouts (None when this rank has no groups)."""
+        if batch is None:
+            return None
         s = self.settings.selector
+        with self.timer.phase("selector"):
+            return batch.select(downsample(s.name, batch.rewards, s.m, self.select_rng, s.own()))  # (P, m)
+
+    def advantages(self, kept, batch) -> None:
+        """Advantages of the kept rollouts, from the kept m's or all n's statistics (section advantage)."""
+        if kept is None:
+            return
+        a = self.settings.advantage
+        with self.timer.phase("advantages"):
+            kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
+
+    def _step_metrics(self, batch, kept, update: dict) -> dict:
+        s, st = self.settings.selector, self.stages
         out = {}
         with self.timer.phase("metrics"):  # gathers and reductions across ranks: a step cost, named
             all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
             if all_kept.numel():
-                out.update(selector_metrics(torch.cat(cs.all_rewards), all_kept))
+                out.update(selector_metrics(st.reward.step_rewards(), all_kept))
             out.update(
                 completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len)
             )
-            out.update(cs.metrics(self.dist, s.n))
-            out.update(self.prefilter.metrics())
+            out.update(st.metrics())
         self.counters["tokens_trained"] += int(update.get("update/tokens", 0))
-        self.counters["rollouts"] += cs.rollouts
-        self.counters["tokens_generated"] += cs.tokens
-        self.counters["prompts_skipped"] += cs.skipped
+        self.counters["rollouts"] += st.rollout.rollouts
+        self.counters["tokens_generated"] += st.rollout.tokens
+        self.counters["prompts_skipped"] += st.prefilter.skipped
         out.update(self.timer.pop_step())
         return out
 
@@ -246,7 +262,7 @@ class Trainer:
         with self.timer.phase("eval"), autocast(self.dtype, self.device), self.dist.full_weights(self.model):
             metrics, samples = evaluate(
                 self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers, c.eval,
-                c.sampling, add_special_tokens(c.model), self.dist, c.logger.log_completions,
+                c.sampling, add_special_tokens(c.model), self.dist, c.logger.log_completions, self.eval_set.fields,
             )  # fmt: skip
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)
@@ -288,7 +304,8 @@ class Trainer:
             "scheduler": self.scheduler,
             "sampler": self.sampler,
             "prefilter": self.prefilter,
-            "collector": self.collector,  # dynamic sampling's zero-variance estimate
+            "collector": self.stages.refill,  # dynamic sampling's zero-variance estimate (the key older
+            # checkpoints hold it under)
             "timer": self.timer,  # the training clock
             "eval_every": self.eval_every,
             "ckpt_every": self.ckpt_every,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,6 +11,8 @@ from pods.registry import Registry
 from pods.reward.grading import Grader
 
 RewardFn = Callable[..., list[float]]  # fn(completions, answers, **kw) -> one float per completion
+# Keywords the Reward passes itself; a dataset column of the same name is not passed as a column.
+RESERVED = ("completions", "answers", "prompts", "grader")
 REWARDS: Registry[RewardFn] = Registry("reward")
 
 
@@ -30,18 +33,32 @@ class RewardOutput:
 
 
 class Reward:
-    """Weighted sum of registered reward functions, sharing one Grader. Call with (completions, answers)."""
+    """Weighted sum of registered reward functions, sharing one Grader.
+
+    Called as `reward(completions, answers, prompts=None, rows=None)`, one entry per completion in each list
+    (`rows`: the dataset row each completion answers, a dict of its fields). Each function receives, TRL's
+    way, `completions` and `answers` and as keywords `prompts`, `grader` (the shared Grader), its own settings
+    and each of the rows' fields as a column (a list, one value per completion), all of them if it takes
+    `**kw`, else those it names (a function written for `fn(completions, answers, grader)` still works)."""
 
     def __init__(self, name: str, weights: dict[str, float], grader: Grader, settings: dict | None = None):
         self.name, self.weights, self.grader = name, weights, grader
         self.settings = settings or {}  # reward name -> its own settings (a dataclass), passed as keywords
 
-    def __call__(self, completions: list[str], answers: list[str]) -> RewardOutput:
+    def __call__(
+        self,
+        completions: list[str],
+        answers: list[str],
+        prompts: list[str] | None = None,
+        rows: list[dict] | None = None,
+    ) -> RewardOutput:
         if len(completions) != len(answers):
             raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
         t0, e0 = self.grader.n_timeouts, self.grader.n_errors
+        context = {"grader": self.grader, **({"prompts": prompts} if prompts is not None else {})}
+        context.update(columns(rows) if rows else {})
         names = list(self.weights) + ["accuracy"] * ("accuracy" not in self.weights)  # correct needs it
-        terms = {n: self._term(n, completions, answers) for n in names}
+        terms = {n: self._term(n, completions, answers, context) for n in names}
         total = [0.0] * len(completions)
         for n, w in self.weights.items():
             total = [t + w * v for t, v in zip(total, terms[n])]
@@ -53,10 +70,11 @@ class Reward:
             n_errors=self.grader.n_errors - e0,
         )
 
-    def _term(self, name: str, completions: list[str], answers: list[str]) -> list[float]:
+    def _term(self, name: str, completions: list[str], answers: list[str], context: dict) -> list[float]:
         own = self.settings.get(name)
-        kw = dataclasses.asdict(own) if own is not None else {}
-        vals = [float(v) for v in REWARDS[name](completions, answers, grader=self.grader, **kw)]
+        fn = REWARDS[name]
+        kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
+        vals = [float(v) for v in fn(completions, answers, **kw)]
         if len(vals) != len(completions):
             raise ValueError(
                 f"reward {name!r} returned {len(vals)} values for {len(completions)} completions"
@@ -65,6 +83,25 @@ class Reward:
 
     def close(self) -> None:
         self.grader.close()
+
+
+def columns(rows: list[dict]) -> dict[str, list]:
+    """Rows (one dict per completion) -> their fields as columns, TRL's way: {field: [value per row]}; a
+    field named like a keyword the Reward passes itself (RESERVED) is left out."""
+    names = [k for k in rows[0] if k not in RESERVED]
+    return {k: [row.get(k) for row in rows] for k in names}
+
+
+def accepted(fn: Callable, kw: dict) -> dict:
+    """The keywords of `kw` that `fn` takes: all of them with a `**kw` parameter, else those it names."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: pass everything, as before
+        return kw
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return kw
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in kw.items() if k in named}
 
 
 def build_reward(reward) -> Reward:
