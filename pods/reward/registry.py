@@ -26,8 +26,8 @@ def register_reward(name: str, settings: type | None = None) -> Callable[[Reward
 @dataclass
 class RewardOutput:
     total: list[float]  # (N,) sum over terms of weight * term
-    terms: dict[str, list[float]]  # name -> (N,) unweighted values; always holds "accuracy"
-    correct: list[bool]  # (N,) accuracy == 1
+    terms: dict[str, list[float]]  # name -> (N,) unweighted values; always holds the correctness term
+    correct: list[bool]  # (N,) correctness term == 1
     n_timeouts: int = 0  # completions whose grading hit timeout_s (scored 0)
     n_errors: int = 0  # completions whose grading raised or crashed the worker (scored 0)
 
@@ -41,9 +41,11 @@ class Reward:
     and each of the rows' fields as a column (a list, one value per completion), all of them if it takes
     `**kw`, else those it names (a function written for `fn(completions, answers, grader)` still works)."""
 
-    def __init__(self, name: str, weights: dict[str, float], grader: Grader, settings: dict | None = None):
+    def __init__(self, name: str, weights: dict[str, float], grader: Grader, settings: dict | None = None,
+                 correctness: str = "accuracy"):  # fmt: skip
         self.name, self.weights, self.grader = name, weights, grader
         self.settings = settings or {}  # reward name -> its own settings (a dataclass), passed as keywords
+        self.correctness = correctness  # the term whose 1.0 means correct (reward.correctness)
 
     def __call__(
         self,
@@ -57,7 +59,7 @@ class Reward:
         t0, e0 = self.grader.n_timeouts, self.grader.n_errors
         context = {"grader": self.grader, **({"prompts": prompts} if prompts is not None else {})}
         context.update(columns(rows) if rows else {})
-        names = list(self.weights) + ["accuracy"] * ("accuracy" not in self.weights)  # correct needs it
+        names = list(self.weights) + [self.correctness] * (self.correctness not in self.weights)
         terms = {n: self._term(n, completions, answers, context) for n in names}
         total = [0.0] * len(completions)
         for n, w in self.weights.items():
@@ -65,7 +67,7 @@ class Reward:
         return RewardOutput(
             total=total,
             terms=terms,
-            correct=[v == 1.0 for v in terms["accuracy"]],
+            correct=[v == 1.0 for v in terms[self.correctness]],
             n_timeouts=self.grader.n_timeouts - t0,
             n_errors=self.grader.n_errors - e0,
         )
@@ -119,5 +121,5 @@ def build_reward(reward) -> Reward:
         batch_timeout_s=reward.batch_timeout_s or None,
     )
     weights = {str(k): float(v) for k, v in reward.weights.items()}
-    own = {n: reward.sections[n] for n in weights if n in reward.sections}
-    return Reward(reward.name, weights, grader.start(), own)
+    own = {n: reward.sections[n] for n in [*weights, reward.correctness] if n in reward.sections}
+    return Reward(reward.name, weights, grader.start(), own, reward.correctness)
