@@ -20,9 +20,13 @@ def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
 
-def per_completion(values: list, r: Rollouts) -> list:
-    """A value per prompt of the batch -> one per completion (group-major rows)."""
-    return [values[pid] for pid in r.prompt_ids for _ in range(r.group_size)]
+def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, prompts: list[str],
+          answers: list[str], fields: list[dict] | None):  # fmt: skip
+    """The one place a reward's inputs are put together, for training and eval alike: `texts`, group_size
+    completions of each of `prompt_ids` (group-major), graded against their gold answers, with their prompts
+    and their dataset rows' fields (`prompts`, `answers`, `fields`: the prompt set's, by prompt id)."""
+    per = lambda xs: [xs[p] for p in prompt_ids for _ in range(group_size)]  # noqa: E731 - one per completion
+    return reward(texts, per(answers), prompts=per(prompts), rows=per(fields) if fields is not None else None)
 
 
 class RewardStage:
@@ -46,11 +50,8 @@ class RewardStage:
         """Grade `r` (this rank's groups): sets r.rewards and r.correct; returns the gathered (P_round, n)
         rewards and correctness of the whole round."""
         with self.timer.phase("reward"):
-            out = self.reward(
-                r.texts,
-                per_completion(self.answers, r),
-                prompts=per_completion(self.prompts, r),
-                rows=per_completion(self.fields, r) if self.fields is not None else None,
+            out = grade(
+                self.reward, r.texts, r.prompt_ids, r.group_size, self.prompts, self.answers, self.fields
             )
             total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
             r.rewards = total.view(r.num_groups, r.group_size)
@@ -67,8 +68,8 @@ class RewardStage:
         return rewards, correct
 
     def step_rewards(self) -> torch.Tensor:
-        """(P, n) rewards of every group graded this step (all ranks, all rounds)."""
-        return torch.cat(self.rewards)
+        """(P, n) rewards of every group graded this step (all ranks, all rounds; empty when none was)."""
+        return torch.cat(self.rewards) if self.rewards else torch.zeros(0)
 
     def metrics(self) -> dict[str, float]:
         """reward/* of the step (whole batch; call on every rank)."""

@@ -137,3 +137,21 @@ def test_useful_groups_and_rank_positions():
     assert d.local_positions([1, 3, 4], 5) == [1]
     d.rank = 1
     assert d.local_positions([1, 3, 4], 5) == [0, 1]
+
+
+def test_a_step_whose_prompts_are_all_skipped_has_no_batch_and_still_reports():
+    from pods.config import SelectorConfig
+    from pods.selector.stage import SelectorStage
+
+    class SkipAll(NoFilter):
+        def keep(self, prompt_ids, epoch):
+            return [False] * len(prompt_ids)
+
+    s, backend, dist = stages(dynamic=False, prefilter=SkipAll())
+    assert collect(s, 4, dist) is None and backend.calls == []
+    m = s.metrics()
+    assert m["prefilter/skipped"] == m["rollout/prompts_drawn"] == 20 * 4 + 16  # the step's draw budget
+    selector = SelectorStage(
+        SelectorConfig(name="max_variance", n=4, m=2), torch.Generator(), dist, PhaseTimer()
+    )
+    assert selector(None) is None and selector.metrics(s.reward.step_rewards(), None) == {}
