@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from pods.callbacks import Callback
 from pods.config import register_schema, validate
 from pods.reward import register_reward
+from pods.train import preflight
 from pods.trainer import Trainer
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
@@ -371,7 +372,7 @@ def run_pods(cfg, device: str) -> dict:
     timed = TimedSteps(device)
     clock = timed.clock
     with PeakMemory(device) as mem:
-        trainer = Trainer(cfg, Path(cfg.run_dir), callbacks=[timed])
+        trainer = Trainer(preflight(cfg), Path(cfg.run_dir), callbacks=[timed])
         wait_for_grader(trainer)
         trainer.train()
         mem.include(trainer.timer.max_allocated)  # the run's peak: its phases reset the counter

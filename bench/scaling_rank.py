@@ -125,12 +125,12 @@ class DecodeParts(Callback):
     without its clock; decoders are timed from the next step on."""
 
     def on_step_start(self, trainer) -> None:
-        for dec in getattr(trainer.generator, "step_decoders", {}).values():
+        for dec in getattr(trainer.backend, "step_decoders", {}).values():
             dec.phase_seconds = {}
 
     def on_step_end(self, trainer, record: dict) -> None:
         parts = dict.fromkeys(DECODE_PARTS, 0.0)
-        decs = list(getattr(trainer.generator, "step_decoders", {}).values())
+        decs = list(getattr(trainer.backend, "step_decoders", {}).values())
         # a decoder made during the step decoded untimed: its seconds would all read as `other`
         timed = bool(decs) and all(d.phase_seconds is not None for d in decs)
         tokens = 0

@@ -1,4 +1,4 @@
-"""Hooks into the training loop, for benchmarks and tools: pass instances as `Trainer(cfg, run_dir,
+"""Hooks into the training loop, for benchmarks and tools: pass instances as `Trainer(preflight(cfg), run_dir,
 callbacks=[...])`. Each method gets the trainer; `on_step_end` also gets the step's record (the train line
 of metrics.jsonl, without the fields the logger adds). The loop ignores what they return.
 

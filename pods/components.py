@@ -8,7 +8,12 @@ pods.config checks fields and stays below every stage; this module loads the fou
 checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
 checks the own settings of each chosen component and of each section the config holds (its registry entry's
 dataclass, from the section named after it: `prefilter.greso.p_init`), refuses a section that names no
-component of the group (a typo), and runs the backend's own checks (FSDP support, generate()'s signature).
+component of the group (a typo) and one of a component that is not chosen (a setting that would do nothing;
+the rollout group excepted, where hardware presets hold each backend's share of the card), applies the
+entries' traits (a selector that `keeps_all` needs m = n), checks that the reward's correctness term
+(`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards
+and prefilter and the backend's own checks (FSDP support, generate()'s signature): a component that breaks
+its contract is one line here, before the model loads, not a traceback at step 1.
 `checked(cfg)` is validate + resolve.
 """
 
@@ -40,8 +45,8 @@ def registries() -> dict[str, Registry]:
 
 def chosen(c: TrainConfig, group: str) -> list[str]:
     """The component names that group `group` of `c` picks."""
-    if group == "reward":
-        return list(c.reward.weights)
+    if group == "reward":  # the weighted terms, and the correctness term, computed even when not weighted
+        return list(dict.fromkeys([*c.reward.weights, c.reward.correctness]))
     return [c.rollout.backend if group == "rollout" else getattr(c, group).name]
 
 
@@ -69,7 +74,11 @@ def resolve(c: TrainConfig) -> TrainConfig:
         node, key = getattr(c, group), KEYS[group]
         for name in chosen(c, group):
             if name not in reg:
-                where = f"{key}.{name}" if group == "reward" else f"{key}={name!r}"
+                where = (
+                    f"{key}={name!r}"
+                    if group != "reward"
+                    else (f"{key}.{name}" if name in c.reward.weights else f"reward.correctness={name!r}")
+                )
                 raise ConfigError(
                     f"{where} is not valid; allowed values: {', '.join(sorted(reg))} (a plugin's {reg.kind}: "
                     "name its module in plugins=[...])"
@@ -86,11 +95,64 @@ def resolve(c: TrainConfig) -> TrainConfig:
                 raise ConfigError(f"{group}.{name}: {reg.kind} {name!r} declares no settings of its own")
         names = [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]
         sections = {n: typed_settings(reg.settings[n], node.sections.get(n), f"{group}.{n}") for n in names}
+        unchosen = [n for n in node.sections if n not in chosen(c, group)]
+        if unchosen and group != "rollout":  # hardware presets set rollout.vllm.* whichever backend runs
+            name = unchosen[0]
+            where = f"reward.weights has no {name}" if group == "reward" else f"{key}={chosen(c, group)[0]!r}"
+            raise ConfigError(
+                f"{group}.{name}: settings of {reg.kind} {name!r}, which is not chosen ({where}): they would do "
+                "nothing; drop them, or choose it"
+            )
         c = dataclasses.replace(c, **{group: dataclasses.replace(node, sections=sections)})
+    check_traits(c)
+    conform(c)
     from pods.rollout import RolloutSettings, check_backend
 
     check_backend(RolloutSettings.from_config(c))  # FSDP support, generate()'s signature
     return c
+
+
+def check_traits(c: TrainConfig) -> None:
+    """What the chosen entries' traits ask of the rest of the config."""
+    from pods.selector import SELECTORS
+
+    s = c.selector
+    if SELECTORS.trait(s.name, "keeps_all") and s.m != s.n:
+        raise ConfigError(
+            f"selector.m={s.m} != selector.n={s.n} needs a down-sampler; selector {s.name!r} keeps all n "
+            "(choose selector=max_variance, or random, max_reward)"
+        )
+    if not SELECTORS.trait(s.name, "keeps_all") and s.m < 2:
+        raise ConfigError(f"selector.m={s.m} must be >= 2 with selector.name={s.name}")
+
+
+def conform(c: TrainConfig) -> None:
+    """The cheap half of pods.testing on the chosen selector, rewards and prefilter (no model, no grading
+    workers): a component that breaks its contract is one ConfigError line naming its key."""
+    from pods import testing
+    from pods.prefilter import PREFILTERS
+    from pods.reward import REWARDS
+    from pods.selector import SELECTORS
+
+    s = c.selector
+    checks = [
+        (f"selector.name={s.name!r}", lambda: testing.check_selector(
+            SELECTORS[s.name], P=2, n=s.n, m=s.m, settings=s.own()
+        )),
+        (f"prefilter.name={c.prefilter.name!r}", lambda: testing.check_prefilter(
+            PREFILTERS[c.prefilter.name], c.prefilter.own(), c.seed
+        )),
+        *((f"reward {n!r}", lambda n=n: testing.check_reward_signature(REWARDS[n])) for n in chosen(c, "reward")),
+    ]  # fmt: skip
+    for key, check in checks:
+        try:
+            check()
+        except AssertionError as e:
+            raise ConfigError(f"{key}: {str(e).splitlines()[0]} (pods.testing)") from None
+        except Exception as e:  # noqa: BLE001 - a plugin's code may raise anything
+            from pods.registry import raised
+
+            raise ConfigError(f"{key} fails its contract: {raised(e)} (pods.testing)") from None
 
 
 def checked(cfg: Any) -> TrainConfig:

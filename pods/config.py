@@ -128,6 +128,9 @@ class DatasetConfig:
 class RewardConfig:
     name: str = MISSING
     weights: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0})  # fn name -> weight
+    # the term whose value 1.0 means "answered right": what eval/accuracy, reward/accuracy, the prefilter and
+    # GRESO read; computed even when not weighted (a code task's verifier: its own registered name)
+    correctness: str = "accuracy"
     timeout_s: float = 1.0  # per-completion grading time limit
     max_chars: int = 4096  # completions are cut to their last max_chars characters before grading
     max_answer_chars: int = 256  # longer extracted answers score 0 without parsing
@@ -189,7 +192,7 @@ class PrefilterConfig:
 @dataclass(frozen=True)
 class DynamicSamplingConfig:
     """DAPO-style dynamic sampling (GRESO's base): after reward, drop zero-variance groups and draw more
-    prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/collect.py)."""
+    prompts until the step holds algo.prompts_per_step informative groups (pods/rollout/dynamic_sampling.py)."""
 
     enabled: bool = False
     oversample: float = 1.25  # extra prompts drawn per round, as a factor
@@ -224,13 +227,7 @@ class SelectorConfig:
             raise ConfigError(f"selector.n={self.n} must be >= 2: GRPO advantages need at least two rollouts")
         if not 1 <= self.m <= self.n:
             raise ConfigError(f"selector.m={self.m} must be between 1 and selector.n={self.n} (m <= n)")
-        if self.m < 2 and self.name != "none":
-            raise ConfigError(f"selector.m={self.m} must be >= 2 with selector.name={self.name}")
-        if self.name == "none" and self.m != self.n:
-            raise ConfigError(
-                f"selector.m={self.m} != selector.n={self.n} needs a down-sampler; choose selector=max_variance"
-                " (or random, max_reward)"
-            )
+        # m >= 2, or m = n for a selector that keeps all: its registry entry's trait (pods.components)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from pods.config import EvalConfig, SamplingConfig
+from pods.reward.stage import grade
 
 
 def evaluate(
-    generator,
+    backend,
     reward_fn,
     prompts: list[str],
     answers: list[str],
@@ -17,16 +18,18 @@ def evaluate(
     add_special_tokens: bool,
     dist,
     show: int = 0,
+    fields: list[dict] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy = mean over questions and samples of the accuracy term; also format and lengths.
 
     Samples at e.temperature (0 = greedy) with the rollouts' top_p and top_k (the sampling section). The
     questions are sharded over ranks and the per-sample results gathered.
+    Each completion is graded with its prompt and its row's `fields` too, as in training.
     Returns (metrics, the first `show` sample records for the log: logger.log_completions).
     """
     k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
     ids = dist.shard(list(range(len(prompts))))
-    out = generator.generate(
+    out = backend.generate(
         [prompts[i] for i in ids],
         ids,
         k,
@@ -37,7 +40,7 @@ def evaluate(
         batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
-    graded = reward_fn(out.texts, golds)
+    graded = grade(reward_fn, out.texts, ids, k, prompts, answers, fields)  # as in training
     terms = sorted(graded.terms)
     local = torch.stack(
         [
@@ -71,3 +74,26 @@ def evaluate(
         for i in range(min(show, len(out.texts)))
     ]
     return metrics, samples
+
+
+class Evaluator:
+    """The eval stage, built once from its groups (eval, sampling) and the held-out set: `evaluator()` is
+    evaluate() on the policy as the backend holds it now."""
+
+    def __init__(self, backend, reward_fn, eval_set, e: EvalConfig, sampling: SamplingConfig,
+                 add_special_tokens: bool, dist, show: int = 0):  # fmt: skip
+        self.backend, self.reward_fn, self.eval_set, self.e, self.sampling = (
+            backend,
+            reward_fn,
+            eval_set,
+            e,
+            sampling,
+        )
+        self.add_special_tokens, self.dist, self.show = add_special_tokens, dist, show
+
+    def __call__(self) -> tuple[dict[str, float], list[dict]]:
+        s = self.eval_set
+        return evaluate(
+            self.backend, self.reward_fn, s.prompts, s.answers, self.e, self.sampling, self.add_special_tokens,
+            self.dist, self.show, s.fields,
+        )  # fmt: skip

@@ -5,7 +5,9 @@ modules on import (`import_submodules`), so a new file in the package registers 
 package is named in the config's `plugins:` list and imported before the config is checked
 (`load_plugins`). An entry may bring its own settings, a dataclass: `register("greso", settings=GresoConfig)`;
 the config then holds them under the group, in a section named after the entry (`prefilter.greso.p_init`),
-checked and typed with the rest of the config before anything loads (pods/components.py).
+checked and typed with the rest of the config before anything loads (pods/components.py). Behaviour the rest
+of pods must know about an entry is a trait declared with it, never a test of its name:
+`register_selector("none", keeps_all=True)` (the selector trains on every rollout: m must equal n).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ class Registry(Generic[T], dict):
         super().__init__()
         self.kind = kind
         self.settings: dict[str, type] = {}  # name -> the entry's settings dataclass, if it has one
+        self.traits: dict[str, dict] = {}  # name -> the traits declared with the entry
 
-    def register(self, name: str, settings: type | None = None) -> Callable[[T], T]:
+    def register(self, name: str, settings: type | None = None, **traits) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self and self[name] is not obj:
                 raise ConfigError(
@@ -38,9 +41,14 @@ class Registry(Generic[T], dict):
             self[name] = obj
             if settings is not None:
                 self.settings[name] = settings
+            self.traits[name] = traits
             return obj
 
         return deco
+
+    def trait(self, name: str, trait: str, default=False):
+        """The value of `trait` declared with entry `name` (`default` when it declared none)."""
+        return self.traits.get(name, {}).get(trait, default)
 
     def get_or_raise(self, name: str, key: str | None = None) -> T:
         if name not in self:

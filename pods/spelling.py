@@ -2,7 +2,7 @@
 by the stage that reads them) retired, each refused with a one-line hint naming the new one (never silently
 accepted: one word per stage, no aliases). Checked on the command line before Hydra runs, so a command copied
 from an old note fails at once and says what to write instead. A retired key set in a YAML file gets the same
-line: from pods.train.compose_error where Hydra stops on it (a closed group: `hardware:`), from
+line: from pods.cli.compose_error where Hydra stops on it (a closed group: `hardware:`), from
 pods.components.resolve where it composes (an open group: `rollout:`). Metric names retired by one word per
 stage are not refused but read under today's names (RETIRED_METRICS): committed runs logged them."""
 

@@ -5,18 +5,23 @@
 
 Each check exercises the contract the loop relies on and raises AssertionError saying what broke:
 
-    check_selector(fn)        (P, m) distinct in-range indices, input untouched, same output under a seed
+    check_selector(fn)        the (rewards, m, generator) signature; (P, m) distinct in-range integer
+                              indices, input untouched, same output under a seed
     check_reward(fn)          one finite float per completion, deterministic, [] for no completions
-    check_prefilter(cls)      keep/observe/end_step/metrics in order; a state round trip decides alike
+    check_prefilter(cls)      built with its real settings; keep/observe/end_step/metrics in order; a state
+                              round trip decides alike
     check_backend(cls, ...)   the Generator signature, then a Rollouts of the right layout, greedy and
                               seeded sampling reproducible, batch_size honoured, sync_weights callable
 
-pods' own components pass them (tests/test_testing.py).
+pods' own components pass them (tests/test_testing.py). Preflight runs the cheap ones (check_selector,
+check_prefilter, check_reward_signature: no model, no grading) on the chosen components before the model
+loads (pods/components.py), so a component that breaks its contract stops the run in one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 
@@ -29,6 +34,31 @@ def _fn(registry, name_or_fn):
     return registry.get_or_raise(name_or_fn) if isinstance(name_or_fn, str) else name_or_fn
 
 
+def _default_settings(registry, name_or_obj):
+    """The registry entry's settings dataclass at its defaults (None if it declares none): what the run
+    builds the component with when the config sets none of its knobs."""
+    names = (
+        [name_or_obj]
+        if isinstance(name_or_obj, str)
+        else [k for k, v in registry.items() if v is name_or_obj]
+    )
+    cls = next((registry.settings[n] for n in names if n in registry.settings), None)
+    return cls() if cls is not None else None
+
+
+def _takes(fn: Callable, position: int, name: str, what: str) -> None:
+    """`fn` accepts `name` as its parameter number `position` (0-based), by position, as the loop passes it."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin: nothing to read
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is p.VAR_POSITIONAL for p in params) or len(positional) > position:
+        return
+    have = ", ".join(p.name for p in params)
+    raise AssertionError(f"{what}: takes ({have}); the loop passes {name!r} as argument {position + 1}")
+
+
 def check_selector(
     selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0, settings=None
 ) -> None:
@@ -39,6 +69,8 @@ def check_selector(
     from pods.selector import SELECTORS
 
     fn = _fn(SELECTORS, selector)
+    settings = settings if settings is not None else _default_settings(SELECTORS, selector)
+    _takes(fn, 2, "generator", "selector")  # fn(rewards, m, generator, **settings)
     g = torch.Generator().manual_seed(seed)
     cases = {
         "continuous": torch.rand(P, n, generator=g),
@@ -61,6 +93,15 @@ def check_selector(
         assert torch.equal(outs[0], outs[1]), f"{where}: two calls under the same seed disagree"
 
 
+def check_reward_signature(reward: str | Callable) -> None:
+    """`reward(completions, answers, **kw)`: takes the two lists by position (the cheap half: no call)."""
+    from pods.reward import REWARDS
+
+    fn = _fn(REWARDS, reward)
+    _takes(fn, 0, "completions", "reward")
+    _takes(fn, 1, "answers", "reward")
+
+
 def check_reward(reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None,
                  **kw) -> None:  # fmt: skip
     """`reward(completions, answers, **kw) -> list[float]`: one finite float per completion, the same on a
@@ -68,6 +109,7 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
     from pods.reward import REWARDS
 
     fn = _fn(REWARDS, reward)
+    check_reward_signature(fn)
     completions = completions or [
         "<think>7 + 5</think>\n<answer>12</answer>", "<answer>13</answer>", "12", "", "\\boxed{12}", "x" * 5000,
     ]  # fmt: skip
@@ -82,12 +124,14 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
 
 def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4,
                     epochs: int = 3) -> None:  # fmt: skip
-    """A prefilter built as `cls(settings, seed)`: keep() gives one bool per prompt, observe/end_step/metrics
-    run in the loop's order over a few epochs, metrics are numbers named `prefilter/...`, and a filter loaded
-    from another's state_dict() (built with another seed) makes the same decisions from there on."""
+    """A prefilter built as `cls(settings, seed)` (settings: given, else its registry entry's dataclass at its
+    defaults, as a run builds it): keep() gives one bool per prompt, observe/end_step/metrics run in the loop's
+    order over a few epochs, metrics are numbers named `prefilter/...`, and a filter loaded from another's
+    state_dict() (built with another seed) makes the same decisions from there on."""
     from pods.prefilter import PREFILTERS
 
     cls = _fn(PREFILTERS, prefilter)
+    settings = settings if settings is not None else _default_settings(PREFILTERS, prefilter)
     ids = list(range(prompts))
     g = torch.Generator().manual_seed(seed)
     a = cls(settings, seed)

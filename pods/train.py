@@ -3,31 +3,26 @@
 Order of work: compose the config -> validate every field -> check the model/data sources -> size the
 model for the card (hardware=auto: full fine-tune or LoRA, pods/memory.py) -> load tokenizer and data
 (bad rows reported) -> load the model -> train. Anything wrong with the config or
-the inputs fails before the model loads, with a message naming the key.
+the inputs fails before the model loads, with a message naming the key (one line and exit 2: pods/cli.py,
+which also holds Hydra's errors and the retired spellings).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import tempfile
 from pathlib import Path
 
 import hydra
-from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from pods import runlock
-from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema, schema_error
-from pods.spelling import retired_hint, retired_key
+from pods import cli, runlock
+from pods.cli import CONF_DIR
+from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
 
 log = logging.getLogger("pods")
 register_schema()
-
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def check_writable(path: str | Path, key: str) -> None:
@@ -142,12 +137,6 @@ def run(cfg, callbacks=()) -> dict:
             runlock.release(run_dir)
 
 
-def _fail(msg: str) -> None:
-    log.error("%s", msg)
-    print(f"pods: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
 class OutputDirCheck(Callback):
     """Hydra callback (conf/train.yaml: hydra.callbacks): check hydra.run.dir / hydra.sweep.dir before
     Hydra creates it, so an unwritable one is one line and exit 2, not a traceback from inside Hydra."""
@@ -158,104 +147,29 @@ class OutputDirCheck(Callback):
             try:
                 runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
             except ConfigError as e:
-                _fail(str(e))
+                cli.fail(str(e))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir")
 
     @staticmethod
     def _check(config: DictConfig, key: str) -> None:
-        composed()  # before jobs start (a Slurm job inherits the environment)
+        cli.composed()  # before jobs start (a Slurm job inherits the environment)
         try:
             check_writable(OmegaConf.select(config, key), key)
         except ConfigError as e:
-            _fail(str(e))
-
-
-_started = False  # the task function ran: composition succeeded
-# HYDRA_FULL_ERROR makes Hydra raise a composition error instead of printing it, so main() can name the new
-# spelling of a retired key set in a YAML file; unset once composed (unless the user had set it)
-_RAISE_COMPOSE_ERRORS = "HYDRA_FULL_ERROR" not in os.environ
-
-
-def composed() -> None:
-    """Hydra has composed the config: from here on it reports errors its own way."""
-    if _RAISE_COMPOSE_ERRORS:
-        os.environ.pop("HYDRA_FULL_ERROR", None)
+            cli.fail(str(e))
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
-    from pods.checkpoint import CheckpointError
-    from pods.data.tasks import DataError
-    from pods.hub import OfflineError
-    from pods.tracking import MetricsGapError
-
-    global _started
-    _started = True
-    composed()
-    try:
+    with cli.one_line_errors():
         final = run(cfg)
-    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
-        msg = str(e)
-        log.error("%s: %s", type(e).__name__, msg)
-        print(f"pods: error: {msg}", file=sys.stderr)
-        sys.exit(2)
     return final.get("eval/accuracy") if final else None  # lets sweepers optimise the final accuracy
 
 
-def default_groups() -> set[str]:
-    """The groups conf/train.yaml's defaults list already holds a slot for (`optional experiment: null`, ...)."""
-    defaults = OmegaConf.load(Path(CONF_DIR) / "train.yaml").defaults
-    keys = (k for d in defaults if isinstance(d, DictConfig) for k in d)
-    return {k.removeprefix("optional ").removeprefix("override ").strip() for k in keys}
-
-
-def plus_hint(args: list[str]) -> str | None:
-    """`+experiment=greso` asks Hydra to append a second experiment to the defaults list, which Hydra refuses
-    ("Multiple values for experiment"): every group already has its slot, and the slots' order, not the
-    command line's, decides what wins. One line naming the spelling to use instead."""
-    groups = default_groups()
-    for a in args:
-        group = a[1:].split("=", 1)[0].split("@", 1)[0]
-        if a.startswith("+") and not a.startswith("++") and "=" in a and group in groups:
-            return f"{a}: '{group}' already has its slot in conf/train.yaml's defaults; write {a[1:]} (without '+')"
-    return None
-
-
 def main() -> None:
-    hint = retired_hint(sys.argv[1:]) or plus_hint(sys.argv[1:])
-    if hint:  # before Hydra starts (and its logging): one line on stderr, exit 2
-        print(f"pods: error: {hint}", file=sys.stderr)
-        sys.exit(2)
-    if _RAISE_COMPOSE_ERRORS:
-        os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        _hydra_main()
-    except SystemExit as e:
-        # Hydra reports a config it cannot compose (unknown key, wrong type, unknown group option) and
-        # exits 1; that is a config error like any other: exit 2.
-        if e.code == 1 and not _started:
-            sys.exit(2)
-        raise
-    except CompactHydraException as e:
-        if _started or not _RAISE_COMPOSE_ERRORS:
-            raise
-        print(compose_error(e), file=sys.stderr)
-        sys.exit(2)
-
-
-def compose_error(e: Exception) -> str:
-    """What Hydra prints for a config it cannot compose, or one line naming the new key when the key it
-    stopped on is a retired spelling set in a YAML file (an old-layout `conf/hardware/mine.yaml`)."""
-    cause = e.__cause__ or e.__context__
-    key = getattr(cause, "full_key", None)  # the OmegaConf error it stopped on
-    hint = retired_key(str(key)) if key else None
-    # a key the schema lacks: Hydra's advice ("use +key=...") leads to a refusal too; say what the keys are
-    if not hint and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
-        return f"pods: error: {schema_error(cause)}"
-    cause = f"\n{e.__cause__}" if isinstance(e.__cause__, OmegaConfBaseException) else ""
-    return f"pods: error: {key} (in a YAML file): {hint}" if hint else f"{e}{cause}"
+    cli.run_hydra(_hydra_main)  # Hydra's errors and retired spellings: one line, exit 2 (pods/cli.py)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The GRPO loop with PODS down-sampling and GRESO pre-rollout filtering.
 
     for each step:
-        prompts -> pre-rollout filter -> n rollouts each -> rewards      (RolloutCollector)
+        prompts -> pre-rollout filter -> n rollouts each -> rewards -> refill    (pods/collect.py)
         keep m of n per prompt (selector)  -> advantages on the kept m
         clipped policy-gradient update (mu iterations, micro-batched)
         eval / checkpoint on the training clock
@@ -18,7 +18,6 @@ import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import transformers
@@ -26,12 +25,11 @@ from omegaconf import OmegaConf
 
 from pods import history, runlock
 from pods.checkpoint import RngStreams
-from pods.components import resolve
-from pods.config import TrainConfig, add_special_tokens, as_container, validate
+from pods.collect import Stages, collect
+from pods.config import TrainConfig, add_special_tokens, as_container
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
-from pods.eval import evaluate
-from pods.memory import settle_hardware
+from pods.eval import Evaluator
 from pods.models import (
     autocast,
     load_policy,
@@ -42,21 +40,20 @@ from pods.models import (
     set_cuda_allocator,
 )
 from pods.prefilter import build_prefilter
+from pods.prefilter.stage import PrefilterStage
 from pods.resume import Checkpointer
 from pods.reward import build_reward
+from pods.reward.stage import RewardStage
 from pods.rollout import RolloutSettings, build_generator
-from pods.rollout.collect import RolloutCollector, completion_metrics
-from pods.selector import downsample
-from pods.selector.diagnostics import selector_metrics
+from pods.rollout.dynamic_sampling import DynamicSampling
+from pods.rollout.stage import RolloutStage, completion_metrics
+from pods.selector.stage import SelectorStage
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
 from pods.update import kept_advantages
 from pods.update.optim import build_optimizer
-from pods.update.step import policy_update
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
+from pods.update.stage import UpdateStage
 
 log = logging.getLogger("pods")
 
@@ -72,14 +69,15 @@ def freeze_heap() -> None:
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig | DictConfig, run_dir: Path, callbacks=()):
-        """`config`: the run's typed settings (pods.train.preflight's), or a composed config, which is typed and
-        checked here (every group's check(), as pods.train does) before anything loads."""
+    def __init__(self, config: TrainConfig, run_dir: Path, callbacks=()):
+        """`config`: the run's settled settings, what pods.train.preflight(cfg) returns (every check run,
+        hardware=auto decided); a Trainer neither checks nor settles a config again."""
+        if not isinstance(config, TrainConfig) or not config.update.settled():
+            got = type(config).__name__ + ("" if not isinstance(config, TrainConfig) else ", not settled")
+            raise TypeError(f"Trainer takes the settled TrainConfig of pods.train.preflight(cfg), got {got}")
         self.run_dir, self.callbacks = Path(run_dir), list(callbacks)
-        c = resolve(config if isinstance(config, TrainConfig) else validate(config))
+        c = config
         self.device = resolve_device(c.hardware)
-        if not c.update.settled():  # a config that did not come through pods.train.preflight
-            c = settle_hardware(c, self.device)
         self.settings = c
         self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(c.seed)
@@ -106,20 +104,31 @@ class Trainer:
         )
         on_gpu = self.device.type == "cuda"
         self.timer = PhaseTimer(sync_cuda=on_gpu, peak_memory=on_gpu)
-        gen = RolloutSettings.from_config(c)
-        self.generator = build_generator(gen, self.model, self.tok, self.device, self.timer)
+        # the rollout backend (pods/rollout/backend.py); `generator` means only a torch.Generator here
+        self.backend = build_generator(
+            RolloutSettings.from_config(c), self.model, self.tok, self.device, self.timer
+        )
         total = c.max_steps * c.algo.mu  # one scheduler step per optimizer step
         optimizer, self.scheduler = build_optimizer(self.model, c.optim, total, self.device)
-        self.train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
+        train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
+        self.update = UpdateStage(train_model, self.optimizer, self.scheduler, c.algo, c.update, c.optim, self.device,
+                                  self.dist, self.ref)  # fmt: skip
         self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
         self.prefilter = build_prefilter(c.prefilter, c.seed)
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
-        self.collector = RolloutCollector(
-            c.dynamic_sampling, c.sampling, c.algo.prompts_per_step, c.selector.n, add_special_tokens(c.model),
-            self.sampler, self.prefilter, self.generator, self.reward_fn, self.train_set.prompts,
-            self.train_set.answers, self.timer, self.dist,
-        )  # fmt: skip
+        self.selector = SelectorStage(c.selector, self.select_rng, self.dist, self.timer)
+        train, dist, n = self.train_set, self.dist, c.selector.n
+        self.stages = Stages(  # each built once, from its own groups
+            prefilter=PrefilterStage(self.prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
+            rollout=RolloutStage(
+                self.backend, c.sampling, n, add_special_tokens(c.model), train.prompts, dist, self.timer
+            ),
+            reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
+            refill=DynamicSampling(c.dynamic_sampling, dist),
+        )
+        self.evaluator = Evaluator(self.backend, self.reward_fn, self.eval_set, c.eval, c.sampling,
+                                   add_special_tokens(c.model), dist, c.logger.log_completions)  # fmt: skip
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
         self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
@@ -195,59 +204,50 @@ class Trainer:
         return final
 
     def train_step(self) -> dict:
-        s, t = self.settings.selector, self.timer
+        """One step of the algorithm, a stage a line (each under its named timer)."""
+        c, t = self.settings, self.timer
         t.start_step()
-        with autocast(self.dtype, self.device):
-            batch, cs = self.collector.collect()  # this rank's groups: filtered, generated, rewarded
+        with autocast(self.dtype, self.device):  # rounds of: prefilter, rollout, reward, observe, refill
+            batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
-        kept = None
-        if batch is not None:
-            with t.phase("selector"):
-                kept = batch.select(
-                    downsample(s.name, batch.rewards, s.m, self.select_rng, s.own())
-                )  # (P, m)
-            with t.phase("advantages"):
-                a = self.settings.advantage
-                kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
+        kept = self.selector(batch)  # keep m of n per prompt
+        self.advantages(kept, batch)
         with t.phase("update"), autocast(self.dtype, self.device):
-            c = self.settings
-            rec = policy_update(
-                self.train_model, kept, self.optimizer, self.scheduler, c.algo, c.update, c.optim, self.device,
-                self.dist, self.ref,
-            )  # fmt: skip
+            rec = self.update(kept)
         with t.phase("weight_sync"):
             self._sync_generation_weights()
-        rec.update(self._step_metrics(batch, kept, cs, rec))
+        rec.update(self._step_metrics(batch, kept, rec))
         with t.phase("log"):
             self._log("train", rec)
         return rec
 
-    def _step_metrics(self, batch, kept, cs, update: dict) -> dict:
-        s = self.settings.selector
+    def advantages(self, kept, batch) -> None:
+        """Advantages of the kept rollouts, from the kept m's or all n's statistics (section advantage)."""
+        if kept is None:
+            return
+        a = self.settings.advantage
+        with self.timer.phase("advantages"):
+            kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
+
+    def _step_metrics(self, batch, kept, update: dict) -> dict:
+        s, st = self.settings.selector, self.stages
         out = {}
         with self.timer.phase("metrics"):  # gathers and reductions across ranks: a step cost, named
-            all_kept = self.dist.gather(kept.rewards if kept is not None else torch.zeros(0, s.m))
-            if all_kept.numel():
-                out.update(selector_metrics(torch.cat(cs.all_rewards), all_kept))
+            out.update(self.selector.metrics(st.reward.step_rewards(), kept))
             out.update(
                 completion_metrics(batch, kept, self.dist, s.n, self.settings.model.max_completion_len)
             )
-            out.update(cs.metrics(self.dist, s.n))
-            out.update(self.prefilter.metrics())
+            out.update(st.metrics())
         self.counters["tokens_trained"] += int(update.get("update/tokens", 0))
-        self.counters["rollouts"] += cs.rollouts
-        self.counters["tokens_generated"] += cs.tokens
-        self.counters["prompts_skipped"] += cs.skipped
+        self.counters["rollouts"] += st.rollout.rollouts
+        self.counters["tokens_generated"] += st.rollout.tokens
+        self.counters["prompts_skipped"] += st.prefilter.skipped
         out.update(self.timer.pop_step())
         return out
 
     def evaluate(self) -> dict:
-        c = self.settings
         with self.timer.phase("eval"), autocast(self.dtype, self.device), self.dist.full_weights(self.model):
-            metrics, samples = evaluate(
-                self.generator, self.reward_fn, self.eval_set.prompts, self.eval_set.answers, c.eval,
-                c.sampling, add_special_tokens(c.model), self.dist, c.logger.log_completions,
-            )  # fmt: skip
+            metrics, samples = self.evaluator()
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)
         self.last_eval_step = self.step
@@ -288,7 +288,8 @@ class Trainer:
             "scheduler": self.scheduler,
             "sampler": self.sampler,
             "prefilter": self.prefilter,
-            "collector": self.collector,  # dynamic sampling's zero-variance estimate
+            "collector": self.stages.refill,  # dynamic sampling's zero-variance estimate (the key older
+            # checkpoints hold it under)
             "timer": self.timer,  # the training clock
             "eval_every": self.eval_every,
             "ckpt_every": self.ckpt_every,
@@ -348,15 +349,15 @@ class Trainer:
         return self.step
 
     def _sync_generation_weights(self) -> None:
-        """Push the policy's weights to the generator's own copy (none when it decodes the policy itself).
+        """Push the policy's weights to the backend's own copy (none when it decodes the policy itself).
         FSDP: gathered once per unit in the compute dtype, the copy's own (one all-gather per tensor in
         float32 cost 0.15 s per step on 2 H200s at 0.5B; results/scaling/h200x2/), a unit at a time where the
         backend takes names (at most two units whole at once), else all at once."""
-        if self.generator.reads_policy is not None:  # no copy of its own: nothing to push
-            self.generator.sync_weights(self.model)
-        elif self.dist.fsdp and getattr(self.generator, "syncs_by_name", False):
+        if self.backend.reads_policy is not None:  # no copy of its own: nothing to push
+            self.backend.sync_weights(self.model)
+        elif self.dist.fsdp and getattr(self.backend, "syncs_by_name", False):
             for names in self.dist.gathered_units(self.model):
-                self.generator.sync_weights(self.model, only=names)
+                self.backend.sync_weights(self.model, only=names)
         else:
             with self.dist.full_weights(self.model):
-                self.generator.sync_weights(self.model)
+                self.backend.sync_weights(self.model)

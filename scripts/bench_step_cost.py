@@ -56,6 +56,7 @@ from bench.harness import (  # noqa: E402
 from bench.step_parts import ROWS, Probe, StepRecorder  # noqa: E402
 from pods.config import validate  # noqa: E402
 from pods.rollout import step_graph  # noqa: E402
+from pods.train import preflight  # noqa: E402
 from pods.trainer import Trainer  # noqa: E402
 
 
@@ -82,11 +83,11 @@ def run_setting(
         args.set = saved
     else:
         cfg = headline_cfg(args, run_dir, selector, n, m, own)
-    trainer = Trainer(cfg, run_dir)
+    trainer = Trainer(preflight(cfg), run_dir)
     trainer.reward_fn.grader.wait_ready(120) if hasattr(trainer.reward_fn, "grader") else None
-    probe = Probe(trainer.generator, args.device)
-    if trainer.generator.loop == "generate":  # no decoder phases: the generate() call is the decode
-        trainer.generator._decode = probe.timed("decode_generate", trainer.generator._decode)
+    probe = Probe(trainer.backend, args.device)
+    if trainer.backend.loop == "generate":  # no decoder phases: the generate() call is the decode
+        trainer.backend._decode = probe.timed("decode_generate", trainer.backend._decode)
     rec = StepRecorder(probe)
     trainer.callbacks.append(rec)
     trainer.train()

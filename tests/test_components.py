@@ -112,3 +112,84 @@ def test_a_reward_gets_its_settings_as_keywords(make_cfg):
             r.close()
     finally:
         del REWARDS["test_capped"], REWARDS.settings["test_capped"]
+
+
+def floaty(rewards, m, generator=None):
+    return torch.argsort(rewards, dim=1)[:, :m].float()  # float indices: the loop would fail at step 1
+
+
+def no_generator(rewards, m):
+    return torch.argsort(rewards, dim=1)[:, :m].sort(dim=1).values
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (
+            floaty,
+            "selector.name='test_bad': selector on continuous rewards: dtype torch.float32; indices are integers",
+        ),
+        (no_generator, "selector.name='test_bad': selector: takes (rewards, m); the loop passes 'generator'"),
+    ],
+)
+def test_a_selector_that_breaks_its_contract_is_refused_before_the_model_loads(make_cfg, fn, message):
+    register_selector("test_bad")(fn)
+    try:
+        with pytest.raises(ConfigError) as e:
+            checked(make_cfg("selector.name=test_bad"))
+        assert message in str(e.value) and "\n" not in str(e.value)
+    finally:
+        del SELECTORS["test_bad"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["prefilter.name=none", "prefilter.greso.p_init=0.9"],
+            "prefilter.greso: settings of prefilter 'greso', which is not chosen (prefilter.name='none')",
+        ),
+        (
+            ["selector.test_top.k=2"],
+            "selector.test_top: settings of selector 'test_top', which is not chosen",
+        ),
+    ],
+)
+def test_settings_of_a_component_that_is_not_chosen_are_refused(make_cfg, with_top, overrides, message):
+    with pytest.raises(ConfigError) as e:
+        checked(make_cfg(*overrides))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_keeping_all_is_a_trait_of_the_registry_entry_not_a_name(make_cfg):
+    register_selector("test_all", keeps_all=True)(
+        lambda r, m, generator=None: torch.arange(m).expand(len(r), m)
+    )
+    try:
+        c = checked(make_cfg("selector.name=test_all", "selector.n=8", "selector.m=8"))
+        assert c.selector.name == "test_all"
+        with pytest.raises(ConfigError, match="selector.m=4 != selector.n=8 needs a down-sampler"):
+            checked(make_cfg("selector.name=test_all", "selector.n=8", "selector.m=4"))
+    finally:
+        del SELECTORS["test_all"]
+
+
+def test_the_correctness_term_is_a_configured_role(make_cfg):
+    from pods.reward import REWARDS, build_reward, register_reward
+
+    register_reward("test_passes")(
+        lambda completions, answers, **kw: [float("pass" in c) for c in completions]
+    )
+    try:
+        with pytest.raises(ConfigError, match="reward.correctness='test_nope' is not valid; allowed values:"):
+            checked(make_cfg("reward.correctness=test_nope"))
+        c = checked(make_cfg("reward.correctness=test_passes"))  # computed, not weighted
+        r = build_reward(c.reward)
+        try:
+            out = r(["pass <answer>1</answer>", "<answer>1</answer>"], ["1", "1"])
+            assert out.correct == [True, False] and out.terms["test_passes"] == [1.0, 0.0]
+            assert out.terms["accuracy"] == [1.0, 1.0]  # right answers, but not what decides correctness here
+        finally:
+            r.close()
+    finally:
+        del REWARDS["test_passes"]

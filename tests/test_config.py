@@ -366,7 +366,7 @@ def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrid
     "group,match",
     [
         ("DynamicSamplingConfig(enabled=True, max_rounds=0)", "dynamic_sampling.max_rounds=0 must be >= 1"),
-        ("SelectorConfig(name='none', n=16, m=8)", "selector.m=8 != selector.n=16 needs a down-sampler"),
+        ("SelectorConfig(name='none', n=16, m=20)", "selector.m=20 must be between 1 and selector.n=16"),
         ("AdvantageConfig(stats='all')", "advantage.stats='all' is not valid; allowed values: kept, full"),
         ("RecipeConfig(temperature=0.0)", "model.recipe.temperature=0.0 must be > 0"),
         ("RewardConfig(name='r', weights={})", "reward.weights is empty"),

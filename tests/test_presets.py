@@ -146,7 +146,7 @@ def test_debug_is_last(make_cfg):
 
 
 def test_plus_spelling_gets_a_one_line_hint():
-    from pods.train import plus_hint
+    from pods.cli import plus_hint
 
     assert plus_hint(["+experiment=greso", "seed=1"]) == (
         "+experiment=greso: 'experiment' already has its slot in conf/train.yaml's defaults; "

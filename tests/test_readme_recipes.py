@@ -29,7 +29,11 @@ def recipe_files() -> dict[str, str]:
 
 def recipe_command() -> list[str]:
     """README's command that runs the plugins, as argv (its `PYTHONPATH=...` prefix dropped)."""
-    lines = [ln for ln in README.splitlines() if ln.startswith("PYTHONPATH=my_plugins python -m pods.train")]
+    lines = [
+        ln
+        for ln in README.splitlines()
+        if ln.startswith("PYTHONPATH=my_plugins python -m pods.train") and "hydra.searchpath" not in ln
+    ]
     assert len(lines) == 1, f"README holds {len(lines)} plugin commands; this test runs exactly one"
     return shlex.split(lines[0])[1:]
 
@@ -61,3 +65,25 @@ def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
     assert [r["step"] for r in train] == [1, 2, 3]
     assert all("reward/brevity" in r for r in train)
     assert any(r["kind"] == "eval" for r in records)  # eval called the recipe backend's generate()
+
+
+def test_a_plugin_s_own_yaml_is_found_in_the_plugin_s_folder(tmp_path):
+    """README's `hydra.searchpath=[file://my_plugins/conf]` line, run from the folder that holds my_plugins/:
+    `selector=min_reward` picks the plugin folder's YAML (printed with --cfg job: composed, not trained)."""
+    lines = [
+        ln
+        for ln in README.splitlines()
+        if ln.startswith("PYTHONPATH=my_plugins") and "hydra.searchpath" in ln
+    ]
+    assert len(lines) == 1, "README holds one command for a plugin's own YAML"
+    conf = tmp_path / "my_plugins" / "conf" / "selector"
+    conf.mkdir(parents=True)
+    (tmp_path / "my_plugins" / "my_selectors.py").write_text(recipe_files()["my_selectors.py"])
+    (conf / "min_reward.yaml").write_text("name: min_reward\nn: 8\nm: 3\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "my_plugins"), str(ROOT)])}
+    argv = shlex.split(lines[0])[1:]
+    proc = subprocess.run([sys.executable, *argv[1:], "--cfg", "job"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    selector = OmegaConf.create(proc.stdout).selector
+    assert (selector.name, selector.n, selector.m) == ("min_reward", 8, 3)

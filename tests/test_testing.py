@@ -116,3 +116,28 @@ def test_preflight_refuses_a_backend_whose_generate_misses_an_argument(make_cfg)
             check_backend(s)
     finally:
         del BACKENDS["test_no_batch_size"]
+
+
+def test_check_prefilter_builds_a_prefilter_with_its_real_settings():
+    from dataclasses import dataclass
+
+    from pods.prefilter import PREFILTERS, register_prefilter
+
+    @dataclass
+    class EveryKth:
+        k: int = 3
+
+    class KeepEveryKth(NoFilter):
+        def __init__(self, cfg, seed=0):
+            self.k = cfg.k  # None here crashed the check before it built filters with their settings
+
+        def keep(self, prompt_ids, epoch):
+            return [p % self.k == 0 for p in prompt_ids]
+
+    register_prefilter("test_every_kth", settings=EveryKth)(KeepEveryKth)
+    try:
+        check_prefilter("test_every_kth")
+        check_prefilter(KeepEveryKth)  # the class itself: its registry entry's settings
+        check_prefilter(KeepEveryKth, EveryKth(k=5))
+    finally:
+        del PREFILTERS["test_every_kth"], PREFILTERS.settings["test_every_kth"]

@@ -11,12 +11,13 @@ import torch
 
 from pods.callbacks import Callback
 from pods.tracking import read_metrics
+from pods.train import preflight
 from pods.trainer import Trainer
 from tests.conftest import SMOKE, compose_cfg
 
 
 def test_one_step_changes_parameters_and_logs_loss(make_cfg, tmp_path):
-    trainer = Trainer(make_cfg(*SMOKE), tmp_path / "run")
+    trainer = Trainer(preflight(make_cfg(*SMOKE)), tmp_path / "run")
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     rec = trainer.train_step()
     assert trainer.step == 1 and rec["update/skipped"] == 0.0, "the step trained nothing"
@@ -57,7 +58,7 @@ def three_steps(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("three_steps") / "run"
     count, frozen = Count(), Frozen()
     cfg = compose_cfg([*SMOKE, "max_steps=3", "eval.at_start=false", "checkpoint.save_final=false"], run_dir)
-    final = Trainer(cfg, run_dir, callbacks=[count, frozen]).train()
+    final = Trainer(preflight(cfg), run_dir, callbacks=[count, frozen]).train()
     return SimpleNamespace(
         count=count, frozen=frozen, final=final, freeze_after=gc.get_freeze_count(),
         records=read_metrics(run_dir / "metrics.jsonl"),
@@ -72,17 +73,22 @@ def test_train_runs_to_max_steps_with_callbacks_and_a_final_eval(three_steps):
     assert kinds == [("train", 1), ("train", 2), ("train", 3), ("eval", 3)]
 
 
-def test_a_composed_config_is_checked_before_anything_loads(make_cfg, tmp_path):
-    """Trainer(cfg) straight from a composed config (as benchmarks build it) runs every group's check: a bad
-    value is a one-line ConfigError naming the key, raised before the run directory or model exist."""
-    from pods.config import ConfigError
+def test_the_trainer_takes_only_a_settled_config(make_cfg, tmp_path):
+    """Checks and hardware=auto's choice happen once, in pods.train.preflight; a Trainer given anything else (a
+    composed config, settings whose update layout is not settled) refuses in one line before the run
+    directory or the model exist."""
+    import dataclasses
 
-    for override, key in (
-        ("selector.m=80", "selector.m"),
-        ("+reward.weights.nonexistent=1.0", "nonexistent"),
-    ):
-        with pytest.raises(ConfigError, match=key):
-            Trainer(make_cfg(*SMOKE, override), tmp_path / "run")
+    from pods.config import settings
+
+    cfg = make_cfg(*SMOKE)
+    typed = settings(cfg)
+    unsettled = dataclasses.replace(typed, update=dataclasses.replace(typed.update, row_bucket=None))
+    for config, got in ((cfg, "DictConfig"), (unsettled, "TrainConfig, not settled")):
+        with pytest.raises(
+            TypeError, match=f"settled TrainConfig of pods.train.preflight\\(cfg\\), got {got}"
+        ):
+            Trainer(config, tmp_path / "run")
         assert not (tmp_path / "run").exists()
 
 

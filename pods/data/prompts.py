@@ -19,6 +19,7 @@ log = logging.getLogger("pods")
 class PromptSet:
     prompts: list[str]  # formatted, ready for the tokenizer
     answers: list[str]  # gold final answers
+    fields: list[dict]  # each prompt's dataset row as read (every column): what a reward may read besides
     report: DataReport  # rows read, kept, and bad rows by reason
 
 
@@ -44,7 +45,7 @@ def length_checked(
     """Format each example; drop (and count) prompts longer than `limit` tokens, or refuse under `error`.
     Tokens are counted as rollout will see them: with the tokenizer's special tokens (BOS) when
     `add_special_tokens`, as for prompts without a chat template."""
-    prompts, answers = [], []
+    prompts, answers, fields = [], [], []
     reason = f"prompt longer than model.max_prompt_len={limit}"
     per_token = max_token_chars(tok)
     max_chars = limit * per_token if per_token else math.inf  # longer in characters: longer in tokens
@@ -58,6 +59,7 @@ def length_checked(
             continue
         prompts.append(p)
         answers.append(ex.answer)
+        fields.append(ex.fields)
     report.kept = len(prompts)  # run_info.json's data.kept counts what is left after this filter too
     too_long = {k: v for k, v in report.bad.items() if k.startswith("prompt longer")}
     if too_long and on_bad_rows != "error":
@@ -69,7 +71,7 @@ def length_checked(
         )
     if not prompts:
         raise DataError(f"{report.split} split has no prompt within model.max_prompt_len={limit}")
-    return PromptSet(prompts, answers, report)
+    return PromptSet(prompts, answers, fields, report)
 
 
 def load_prompt_sets(dataset, model, tok) -> tuple[PromptSet, PromptSet]:

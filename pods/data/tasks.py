@@ -1,6 +1,7 @@
 """Task loading: procedural tasks from reasoning-gym, hub datasets through `datasets`, local jsonl/parquet.
 
-Every source ends as a list of `Example(id, question, answer)`. Bad rows (no question or answer, a field of
+Every source ends as a list of `Example(id, question, answer, fields)` (fields: the row as read, for reward
+functions that read more of it than the answer). Bad rows (no question or answer, a field of
 the wrong type, a line that is not UTF-8 or not a JSON object, a question seen before in a file or hub
 dataset) are counted by reason in the DataReport with where the first one was, logged, and dropped
 (dataset.on_bad_rows=skip) or refused (=error). Blank lines are counted and dropped, never refused.
@@ -34,6 +35,7 @@ class Example:
     id: int  # stable index within its split
     question: str
     answer: str  # gold answer, already reduced to the final value
+    fields: dict = field(default_factory=dict, compare=False)  # the row as read (every column), for rewards
 
 
 @dataclass
@@ -94,7 +96,11 @@ def _rows_reasoning_gym(cfg, split: str) -> Iterable[dict]:
             f"dataset.task={cfg.task!r} / dataset.task_kwargs: reasoning-gym refused it: {e}"
         ) from e
     return (
-        (f"{cfg.task} item {i}", {"question": x["question"], "answer": x["answer"]}) for i, x in enumerate(ds)
+        (
+            f"{cfg.task} item {i}",
+            {"question": x["question"], "answer": x["answer"], "metadata": x.get("metadata")},
+        )
+        for i, x in enumerate(ds)
     )
 
 
@@ -221,7 +227,7 @@ def load_examples(cfg, split: str, exclude: set[str] | None = None) -> tuple[lis
             report.add_bad(reason, where)
             continue
         seen.add(normalise_space(question))
-        out.append(Example(id=len(out), question=question, answer=answer))
+        out.append(Example(id=len(out), question=question, answer=answer, fields=dict(row)))
         if limit and len(out) >= limit:
             break
     report.kept = len(out)

@@ -1,7 +1,7 @@
 """Pre-rollout filtering: decide, before generating, which sampled prompts are worth rollouts.
 
 A prefilter is a class with the `Prefilter` interface (pods/prefilter/registry.py: `keep(prompt_ids, epoch) ->
-list[bool]`, `observe(prompt_ids, epoch, rewards)`, `end_step(epoch)`, `metrics()`, `state_dict()` and
+list[bool]`, `observe(prompt_ids, epoch, correct)`, `end_step(epoch)`, `metrics()`, `state_dict()` and
 `load_state_dict()`), registered with `@register_prefilter("name")`; `prefilter.name=name` then uses it (and a
 conf/prefilter/<name>.yaml makes `prefilter=name` work). Every module of this package is imported here, so a
 new filter file registers itself.

@@ -114,8 +114,8 @@ class GresoFilter:
         self.step_counts["considered"] += len(prompt_ids)
         return out
 
-    def observe(self, prompt_ids: list[int], epoch: int, rewards: torch.Tensor) -> None:
-        outcomes = group_outcome(rewards).tolist()
+    def observe(self, prompt_ids: list[int], epoch: int, correct: torch.Tensor) -> None:
+        outcomes = group_outcome(correct).tolist()
         for pid, o in zip(prompt_ids, outcomes):
             self.history.setdefault(pid, []).append(o)
             self.step_counts["groups"] += 1

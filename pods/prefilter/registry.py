@@ -10,7 +10,7 @@ from pods.registry import Registry
 
 
 class Prefilter(Protocol):
-    """Decides, before generating, which sampled prompts get rollouts; learns from the rewards it sees.
+    """Decides, before generating, which sampled prompts get rollouts; learns from the correctness it sees.
 
     Built as `cls(settings, seed)` (settings: the dataclass its registry entry declares, from
     `prefilter.<name>.*`, or None). Same calls on every rank.
@@ -18,8 +18,8 @@ class Prefilter(Protocol):
 
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]: ...
 
-    def observe(self, prompt_ids: list[int], epoch: int, rewards: torch.Tensor) -> None:
-        """rewards: (P, n) correctness (1.0 or 0.0) of the groups generated for prompt_ids."""
+    def observe(self, prompt_ids: list[int], epoch: int, correct: torch.Tensor) -> None:
+        """correct: (P, n) correctness (1.0 or 0.0) of the groups generated for prompt_ids."""
 
     def end_step(self, epoch: int) -> None: ...
 
@@ -56,7 +56,7 @@ class NoFilter:
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]:
         return [True] * len(prompt_ids)
 
-    def observe(self, prompt_ids: list[int], epoch: int, rewards: torch.Tensor) -> None:
+    def observe(self, prompt_ids: list[int], epoch: int, correct: torch.Tensor) -> None:
         pass
 
     def end_step(self, epoch: int) -> None:

@@ -11,11 +11,12 @@ from pods.registry import Registry
 SELECTORS: Registry = Registry("selector")
 
 
-def register_selector(name: str, settings: type | None = None):
+def register_selector(name: str, settings: type | None = None, keeps_all: bool = False):
     """Decorator: `@register_selector("name")` on `fn(rewards, m, generator, **settings)` makes
     `selector.name=name` use it. `settings`: a dataclass of the selector's own knobs, set as
-    `selector.<name>.<knob>` and passed to fn as keyword arguments."""
-    return SELECTORS.register(name, settings)
+    `selector.<name>.<knob>` and passed to fn as keyword arguments. `keeps_all`: it trains on every rollout
+    (GRPO), so m must equal n, and m = 1 is allowed."""
+    return SELECTORS.register(name, settings, keeps_all=keeps_all)
 
 
 def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
@@ -105,7 +106,7 @@ def random(rewards: torch.Tensor, m: int, generator: torch.Generator | None = No
     return noise.argsort(dim=1)[:, :m].sort(dim=1).values.to(rewards.device)
 
 
-@register_selector("none")
+@register_selector("none", keeps_all=True)
 def keep_all(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Vanilla GRPO: train on every rollout (requires m == n)."""
     n_or_m = rewards.shape[1] if isinstance(rewards, torch.Tensor) and rewards.dim() == 2 else m
@@ -127,7 +128,7 @@ def downsample(
     non-finite or too-small batch.
     """
     fn = SELECTORS.get_or_raise(name, "selector.name")
-    if name != "none":
+    if not SELECTORS.trait(name, "keeps_all"):  # one that keeps all checks m = n itself
         check_rewards(rewards, m, name)
     keep = fn(rewards, m, generator, **(dataclasses.asdict(settings) if settings is not None else {}))
     P, n = rewards.shape

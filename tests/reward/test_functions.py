@@ -83,6 +83,25 @@ def test_registered_reward_is_usable_by_name():
     r.close()
 
 
+@register_reward("test_context")
+def context(completions, answers, prompts=None, level=None, **kw):
+    return [len(p) + lv for p, lv in zip(prompts, level)]
+
+
+@register_reward("test_old_style")
+def old_style(completions, answers, grader):  # written before prompts and rows were passed: no **kw
+    return [float(grader is not None)] * len(completions)
+
+
+def test_a_reward_gets_the_prompts_and_the_rows_fields_as_columns(reward):
+    r = Reward("ctx", {"test_context": 1.0, "test_old_style": 1.0}, reward.grader)
+    rows = [{"level": 1, "prompts": "never passed: a keyword of the Reward's own"}, {"level": 3}]
+    out = r([BARE, "4"], ["4", "4"], prompts=["ab", "abcd"], rows=rows)
+    assert out.terms["test_context"] == [3.0, 7.0] and out.terms["test_old_style"] == [1.0, 1.0]
+    old = Reward("old", {"test_old_style": 1.0}, reward.grader)
+    assert old([BARE], ["4"]).terms["test_old_style"] == [1.0]  # called without prompts or rows, as before
+
+
 def test_registering_a_name_twice_fails():
     with pytest.raises(ValueError, match="already registered"):
         register_reward("accuracy")(lambda completions, answers, **kw: [0.0] * len(completions))

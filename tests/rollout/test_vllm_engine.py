@@ -214,17 +214,20 @@ def test_weight_sync_makes_the_engine_decode_the_trained_policy(setup, engine):
 
 @pytest.mark.parametrize("lora", ["false", "true"])
 def test_resumed_run_syncs_the_engine_to_the_checkpoint(tmp_path, lora):
+    from pods.train import preflight
     from pods.trainer import Trainer
     from tests.conftest import SMOKE
 
     common = [*SMOKE, "rollout=vllm", f"hardware.lora={lora}", "eval.at_end=false"]
-    Trainer(compose_cfg(common, tmp_path), tmp_path).train()  # checkpoint at step 3 (SMOKE's max_steps)
+    Trainer(
+        preflight(compose_cfg(common, tmp_path)), tmp_path
+    ).train()  # checkpoint at step 3 (SMOKE's max_steps)
     gc.collect()
-    resumed = Trainer(compose_cfg([*common, "resume=true"], tmp_path), tmp_path)
+    resumed = Trainer(preflight(compose_cfg([*common, "resume=true"], tmp_path)), tmp_path)
     prompts = resumed.eval_set.prompts[:8]
     base, _ = load_policy(resumed.settings.model, resumed.settings.hardware, CPU)
-    assert resumed.step == 3 and not engine_matches(resumed.generator, base, prompts)  # training moved it
-    assert engine_matches(resumed.generator, resumed.model, prompts)
+    assert resumed.step == 3 and not engine_matches(resumed.backend, base, prompts)  # training moved it
+    assert engine_matches(resumed.backend, resumed.model, prompts)
     del resumed
     gc.collect()
 

@@ -180,3 +180,29 @@ def test_none_refuses_non_finite_rewards():
 
 def test_integer_rewards_are_accepted():
     assert downsample("max_variance", torch.tensor([[0, 1, 1, 0]]), 2).tolist() == [[0, 2]]  # first 0, last 1
+
+
+def test_the_selector_stage_keeps_m_of_n_and_reports_the_kept_against_all():
+    from types import SimpleNamespace
+
+    from pods.batch import Rollouts, Sampling
+    from pods.config import SelectorConfig
+    from pods.distributed import Dist
+    from pods.selector.stage import SelectorStage
+    from pods.timing import PhaseTimer
+
+    rewards = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    batch = Rollouts(
+        input_ids=torch.ones(8, 3, dtype=torch.long), attention_mask=torch.ones(8, 3, dtype=torch.long),
+        prompt_len=2, completion_mask=torch.ones(8, 1, dtype=torch.long), texts=[str(i) for i in range(8)],
+        prompt_ids=[0, 1], group_size=4, sampling=Sampling(1.0, 1.0, 0), rewards=rewards,
+    )  # fmt: skip
+    dist = Dist(SimpleNamespace(distributed="none"), torch.device("cpu"))
+    stage = SelectorStage(
+        SelectorConfig(name="max_variance", n=4, m=2), torch.Generator(), dist, PhaseTimer()
+    )
+    kept = stage(batch)
+    assert kept.rewards.tolist() == [[0.0, 1.0], [0.0, 1.0]]  # the largest variance in each group
+    m = stage.metrics(rewards, kept)
+    assert m["selector/kept_reward_mean"] == m["selector/all_reward_mean"] == 0.5
+    assert m["selector/kept_group_var"] == 0.25 and m["selector/all_group_var"] == 0.1875  # population variances
