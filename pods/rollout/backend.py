@@ -41,7 +41,7 @@ class RolloutSettings:
 
 @runtime_checkable
 class Generator(Protocol):
-    """What the loop (pods/rollout/collect.py) and eval (pods/eval.py) use of a rollout backend: the one
+    """What the loop (pods/collect.py, pods/rollout/stage.py) and eval (pods/eval.py) use of a rollout backend: the one
     statement of the interface. `check_generate_signature` holds a backend's `generate` against it
     (preflight, and pods.testing.check_backend), so a backend that drops an argument fails before the
     model loads, not at the first eval."""
