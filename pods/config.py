@@ -127,7 +127,9 @@ class DatasetConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     name: str = MISSING
-    weights: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0})  # fn name -> weight
+    # fn name -> weight, from the reward group's YAML alone: a default here would be merged key by key into
+    # every group's weights (reward=format weighed accuracy 1.0 too)
+    weights: dict[str, float] = field(default_factory=dict)
     # the term whose value 1.0 means "answered right": what eval/accuracy, reward/accuracy, the prefilter and
     # GRESO read; computed even when not weighted (a code task's verifier: its own registered name)
     correctness: str = "accuracy"

@@ -403,3 +403,13 @@ def test_validate_returns_the_typed_groups(make_cfg):
     assert typed.dynamic_sampling == DynamicSamplingConfig(enabled=True)
     assert (typed.selector.name, typed.selector.n, typed.selector.m) == ("none", 16, 16)
     assert typed.optim.lr == typed.model.recipe.lr == 6e-5  # interpolations resolved
+
+
+@pytest.mark.parametrize(
+    "group", sorted(p.stem for p in (Path(__file__).parents[1] / "conf/reward").glob("*.yaml"))
+)
+def test_a_reward_group_weighs_only_its_own_terms(make_cfg, group):
+    """Each reward group's weights are its YAML's, not merged with a default (reward=format once weighed accuracy
+    1.0 as well)."""
+    own = OmegaConf.load(Path(__file__).parents[1] / f"conf/reward/{group}.yaml").weights
+    assert dict(make_cfg(f"reward={group}").reward.weights) == dict(own)
