@@ -60,6 +60,9 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 # Short waits, so that time limits, requeues and kills happen in seconds in the tests
 KillWait=30
+# A node whose slurmd stops answering is set down after 15 s (default 300; pinged every 5 s): the test of a
+# node whose slurmd dies waits for that. A loaded machine's slurmd still answers a ping within 15 s.
+SlurmdTimeout=15
 MinJobAge=300
 InactiveLimit=0
 Waittime=0
