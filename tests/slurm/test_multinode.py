@@ -323,7 +323,7 @@ def test_a_node_whose_slurmd_dies_ends_the_job_in_one_line_and_resumes(tmp_path,
     down and ends the job (--no-requeue here; the script's --requeue would put it back in the queue), whose
     rank 0 saves and says in one line which node was lost, at which step, and the checkpoint; the same script
     with resume=true runs the rest, every record once."""
-    assert multi_nodes_up(), "pods-n1/pods-n2 not idle before the test"
+    bring_back_pods_n2()  # both nodes idle before (an earlier test's job may still be completing)
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     # 1 s a step (SLOW) while Slurm notices: 60 steps outlast SlurmdTimeout (.ci/slurm.sh) and the pings
     args = [*RUN, *SLOW, "max_steps=60", "eval.every_steps=0", f"hydra.run.dir={run_dir}"]
