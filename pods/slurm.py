@@ -99,7 +99,12 @@ def setup(cfg: DictConfig) -> None:
         # LOCAL_* already set came from the submitting shell (sbatch exports it), not from this job
         env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         log.info(
-            "Slurm task %d of %d (master %s:%d)", env.rank, env.world_size, env.master_addr, env.master_port
+            "Slurm task %d of %d on %s (master %s:%d)",
+            env.rank,
+            env.world_size,
+            socket.gethostname(),
+            env.master_addr,
+            env.master_port,
         )
     if requeued() and not cfg.resume:
         log.warning(

@@ -51,37 +51,70 @@ def run_dir_of(sweep: Path) -> Path:
     return run_dir
 
 
+# --- a plain sbatch script (scripts/slurm/two_nodes.sbatch, run as it is) ---------------------------------
+
+SCRIPT = ROOT / "scripts" / "slurm" / "two_nodes.sbatch"
+
+
+def sbatch(out: Path, *args: str, options: tuple[str, ...] = (), env=ENV) -> str:
+    """Submit SCRIPT to partition `multi` with pods.train's overrides `args`; its output in `out`; the job id.
+    The script's `python` is this one (the venv's, first on its PATH)."""
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    cmd = ["sbatch", "--parsable", "-p", "multi", f"--output={out}", *options, str(SCRIPT), *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def read(out: Path) -> str:
+    return out.read_text(errors="replace") if out.exists() else ""
+
+
 def task_hosts(logs: str) -> dict[int, set[str]]:
-    """{global rank: the hosts it started on}, from submitit's `Starting with JobEnvironment(...)` lines."""
+    """{global rank: the hosts it started on}, from pods's `Slurm task <rank> of <world> on <host>` lines."""
     hosts: dict[int, set[str]] = {}
-    for host, rank in re.findall(r"JobEnvironment\(.*?hostname=([\w.-]+).*?global_rank=(\d+)", logs):
+    for rank, host in re.findall(r"Slurm task (\d+) of \d+ on ([\w.-]+) \(master", logs):
         hosts.setdefault(int(rank), set()).add(host)
     return hosts
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["2x1", "2x2"])
+@pytest.fixture(scope="module", params=[1, 2], ids=["2x1-sbatch", "2x2-launcher"])
 def two_node_job(request, tmp_path_factory, torchrun_reference):
-    """(tasks per node, the Slurm job's sweep dir, the one-node torchrun reference's run dir, world size)."""
+    """(tasks per node, the job's logs, its run dir, the one-node torchrun reference's run dir, world size).
+    2 x 1 through scripts/slurm/two_nodes.sbatch as it is (a plain sbatch script), 2 x 2 through
+    hydra/launcher=slurm."""
     tasks = request.param
-    sweep = tmp_path_factory.mktemp(f"two_nodes_{tasks}") / "sweep"
-    proc = multirun(*MULTI, f"hydra.launcher.tasks_per_node={tasks}", *RUN, f"hydra.sweep.dir={sweep}")
-    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-4000:]
-    return tasks, sweep, torchrun_reference(2 * tasks), 2 * tasks
+    tmp = tmp_path_factory.mktemp(f"two_nodes_{tasks}")
+    if tasks == 1:
+        run_dir, out = tmp / "run", tmp / "job.out"
+        job = sbatch(out, *RUN, f"hydra.run.dir={run_dir}")
+        try:
+            wait_gone({job}, 600, lambda: read(out))
+        finally:
+            cancel({job})
+        logs = read(out)
+        assert job_state(job).startswith("COMPLETED"), job_state(job) + logs[-3000:]
+    else:
+        sweep = tmp / "sweep"
+        proc = multirun(*MULTI, f"hydra.launcher.tasks_per_node={tasks}", *RUN, f"hydra.sweep.dir={sweep}")
+        logs = _job_logs(sweep)
+        assert proc.returncode == 0, proc.stderr[-2000:] + logs[-4000:]
+        run_dir = run_dir_of(sweep)
+    return tasks, logs, run_dir, torchrun_reference(2 * tasks), 2 * tasks
 
 
 def test_job_spans_both_nodes_with_ranks_from_slurm(two_node_job):
-    tasks, sweep, _, world = two_node_job
-    logs = _job_logs(sweep)
-    hosts = task_hosts(logs)
-    # rank r runs on node r // tasks: Slurm's block distribution, read by pods from SLURM_PROCID
-    assert hosts == {r: {f"pods-n{1 + r // tasks}"} for r in range(world)}, hosts
-    for r in range(world):  # no torchrun: the process group comes from Slurm's variables, master on node 1
-        assert f"Slurm task {r} of {world} (master pods-n1:" in logs, logs[-3000:]
+    tasks, logs, _, _, world = two_node_job
+    # rank r runs on node r // tasks: Slurm's block distribution, read by pods from SLURM_PROCID; no torchrun,
+    # no MASTER_ADDR: the process group comes from Slurm's variables, master on the first node
+    assert task_hosts(logs) == {r: {f"pods-n{1 + r // tasks}"} for r in range(world)}, logs[-3000:]
+    said = set(re.findall(r"Slurm task \d+ of (\d+) on \S+ \(master ([\w.-]+):\d+\)", logs))
+    assert said == {(str(world), "pods-n1")}, said
 
 
 def test_two_node_job_matches_a_one_node_run(two_node_job):
-    _, sweep, ref, world = two_node_job
-    assert_same_run(ref, run_dir_of(sweep), world)
+    _, _, run_dir, ref, world = two_node_job
+    assert_same_run(ref, run_dir, world)
 
 
 def assert_same_run(ref: Path, run_dir: Path, world: int) -> None:
@@ -248,41 +281,6 @@ def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-3000:]
     train = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
     assert train == list(range(1, 17))
-
-
-# --- a plain sbatch script (scripts/slurm/two_nodes.sbatch, as it is) -----------------------------------
-
-SCRIPT = ROOT / "scripts" / "slurm" / "two_nodes.sbatch"
-
-
-def sbatch(out: Path, *args: str, options: tuple[str, ...] = (), env=ENV) -> str:
-    """Submit SCRIPT to partition `multi` with pods.train's overrides `args`; its output in `out`; the job id.
-    The script's `python` is this one (the venv's, first on its PATH)."""
-    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    cmd = ["sbatch", "--parsable", "-p", "multi", f"--output={out}", *options, str(SCRIPT), *args]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
-
-
-def read(out: Path) -> str:
-    return out.read_text(errors="replace") if out.exists() else ""
-
-
-def test_a_plain_sbatch_script_runs_on_both_nodes_as_one_node_would(tmp_path, torchrun_reference):
-    run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    job = sbatch(out, *RUN, f"hydra.run.dir={run_dir}")
-    try:
-        wait_gone({job}, 600, lambda: read(out))
-    finally:
-        cancel({job})
-    text = read(out)
-    assert job_state(job).startswith("COMPLETED"), job_state(job) + text[-3000:]
-    nodes = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
-    assert " NodeList=pods-n[1-2] " in nodes and " NumNodes=2 " in nodes, nodes
-    for r in (0, 1):  # no torchrun, no MASTER_ADDR: from Slurm's variables, master on the first node
-        assert f"Slurm task {r} of 2 (master pods-n1:" in text, text[-3000:]
-    assert_same_run(torchrun_reference(2), run_dir, 2)
 
 
 # --- a node whose slurmd dies --------------------------------------------------------------------------
