@@ -190,14 +190,17 @@ def cancel(jobs) -> None:
 
 
 @pytest.fixture(autouse=True)
-def cancel_this_session_s_jobs(tmp_path_factory):
-    """After each test: cancel the jobs still queued whose script or output lies in this pytest session's
-    temporary directories (no one else's), so that no test leaves a job running into the next."""
+def cancel_this_session_s_jobs(request, tmp_path_factory):
+    """After each test on Slurm: cancel the jobs still queued whose script or output lies in this pytest
+    session's temporary directories (no one else's), so that no test leaves a job running into the next."""
     yield
-    if shutil.which("scontrol") is None:
+    if not {"slurm", "slurm_two_nodes"} & set(request.fixturenames) or shutil.which("scontrol") is None:
         return
     base = str(tmp_path_factory.getbasetemp())
-    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return
     ours = set()
     for line in out.stdout.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
