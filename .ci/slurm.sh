@@ -5,16 +5,17 @@
 #   hostname and address (.ci/slurm-nodes.sh), for the multi-node tests. Where this machine cannot make
 #   network namespaces (no iproute2, no CAP_NET_ADMIN) there is no `multi` and those tests skip.
 # Needs root. Idempotent: a Slurm that answers `sinfo` with both partitions up (or `debug` where there can be
-# no `multi`) is left as it is; a changed slurm.conf restarts the daemons. Exits non-zero if `debug` cannot
-# start; the Slurm tests then skip. Logs: /var/log/slurm/{slurmctld,slurmd-<node>}.log, /var/log/munge/munged.log.
+# no `multi`) and runs this script's slurm.conf is left as it is; a changed slurm.conf restarts the daemons.
+# Exits non-zero if `debug` cannot start; the Slurm tests then skip. Logs: /var/log/slurm/{slurmctld,slurmd-<node>}.log, /var/log/munge/munged.log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 idle() { sinfo -h -N -p "$1" -o %T 2>/dev/null | grep -cE '^(idle|mixed|allocated)$' || true; }
-if [ "$(idle debug)" -ge 1 ] && { [ "$(idle multi)" -ge 2 ] || ! ip netns list >/dev/null 2>&1; }; then
-  echo "slurm: already running"; exit 0
+up() { [ "$(idle debug)" -ge 1 ] && { [ "$(idle multi)" -ge 2 ] || ! ip netns list >/dev/null 2>&1; }; }
+if [ "$(id -u)" != 0 ]; then
+  if up; then echo "slurm: already running"; exit 0; fi
+  echo "slurm: needs root to install and start" >&2; exit 1
 fi
-if [ "$(id -u)" != 0 ]; then echo "slurm: needs root to install and start" >&2; exit 1; fi
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v ip >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge iproute2 >/dev/null
@@ -60,6 +61,9 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 # Short waits, so that time limits, requeues and kills happen in seconds in the tests
 KillWait=30
+# A node whose slurmd stops answering is set down after 15 s (default 300; pinged every 5 s): the test of a
+# node whose slurmd dies waits for that. A loaded machine's slurmd still answers a ping within 15 s.
+SlurmdTimeout=15
 MinJobAge=300
 InactiveLimit=0
 Waittime=0
@@ -76,6 +80,7 @@ NodeName=pods-n2 NodeAddr=10.213.77.12 CPUs=4 RealMemory=$(( mem / 4 )) State=UN
 PartitionName=multi Nodes=pods-n[1-2] MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 fi
+if up && cmp -s "$conf" /etc/slurm/slurm.conf; then rm -f "$conf"; echo "slurm: already running"; exit 0; fi
 if ! cmp -s "$conf" /etc/slurm/slurm.conf; then  # a new conf: daemons started with the old one stop first
   for f in /run/slurmctld.pid /run/slurmd*.pid; do
     [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null && sleep 1

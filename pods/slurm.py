@@ -12,8 +12,10 @@ the process group from Slurm's own variables, and time limits and preemption tha
 - Signals (`RequeueOnSignal`): SIGUSR2 (the preset asks Slurm for it `signal_delay_s` before the time limit)
   and SIGTERM (preemption, `scontrol requeue`) are noted; at the next step boundary every rank saves a
   checkpoint, then submitit requeues the job (SIGUSR2) or Slurm does (preemption/requeue) and the process ends.
-- A rank that dies (`lost_rank_ends_the_job`): the others' collectives fail; each ends in one line naming the
-  node lost (from the peer address gloo reports), the step and the newest complete checkpoint to resume.
+- A node lost (`lost_rank_ends_the_job`, `RequeueOnSignal`): its tasks die, and the others' collectives fail;
+  or its slurmd dies, and Slurm marks it down after SlurmdTimeout and ends or requeues the job (SIGTERM). Either
+  way the job ends in one line naming the node (from the peer address gloo reports, else the job's node that
+  Slurm says is down), the step and the newest complete checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -97,7 +99,12 @@ def setup(cfg: DictConfig) -> None:
         # LOCAL_* already set came from the submitting shell (sbatch exports it), not from this job
         env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         log.info(
-            "Slurm task %d of %d (master %s:%d)", env.rank, env.world_size, env.master_addr, env.master_port
+            "Slurm task %d of %d on %s (master %s:%d)",
+            env.rank,
+            env.world_size,
+            socket.gethostname(),
+            env.master_addr,
+            env.master_port,
         )
     if requeued() and not cfg.resume:
         log.warning(
@@ -121,8 +128,19 @@ class RequeueOnSignal(StopOnSignal):
         # itself, and a requeue of our own would then be refused
         if signum == signal.SIGINT:
             return super().after_save(trainer, signum)
-        then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         name = signal.Signals(signum).name
+        if signum == signal.SIGTERM and trainer.dist.is_main and len(nodes := job_nodes()) > 1:
+            down = down_nodes(nodes)  # Slurm ends (or requeues) a job one of whose nodes it marked down
+            if down:
+                node, state = next(iter(down.items()))
+                slurm_then = (
+                    "Slurm requeues the job once its nodes are up"
+                    if requeueable(this_job())
+                    else "continue the run with resume=true"
+                )
+                say_lost(f"node {node}", trainer, f"{name} from Slurm: {node} is {state}", slurm_then)
+                return
+        then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
         if signum == signal.SIGUSR2:
             self._requeue(trainer)
@@ -158,10 +176,6 @@ class RequeueOnSignal(StopOnSignal):
                 )
 
 
-def callbacks() -> list:
-    return [RequeueOnSignal()] if in_job() else []
-
-
 # an address in gloo's errors about a peer: "Connection closed by peer [10.0.0.2]:41234", "Read error [...]"
 PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 
@@ -178,6 +192,40 @@ def job_nodes() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return out.stdout.split()
+
+
+# sinfo's states of a node Slurm no longer counts on; a trailing `*` (any state) means it does not respond
+DOWN = {"down", "fail", "failing"}
+
+
+def down_nodes(nodes: list[str]) -> dict[str, str]:
+    """Those of `nodes` that Slurm marked down or that do not respond: {node: sinfo's state and reason, e.g.
+    "down* (Not responding)"}; {} if sinfo cannot say."""
+    if not nodes:
+        return {}
+    cmd = ["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%E"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    down = {}
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        if state.endswith("*") or state.rstrip("~#!%$@^-") in DOWN:
+            reason = reason.strip()
+            down[node] = f"{state} ({reason})" if reason and reason != "none" else state
+    return down
+
+
+def requeueable(job: str) -> bool:
+    """Slurm requeues this job when one of its nodes fails (sbatch --requeue, the preset's)."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return " Requeue=1 " in f" {out.stdout} "
 
 
 def lost_node(error: str, nodes: list[str]) -> str | None:
@@ -203,18 +251,23 @@ def lost_rank_ends_the_job(trainer):
     except RuntimeError as e:  # torch.distributed.DistBackendError and its kin are RuntimeErrors
         if trainer.dist.world <= 1 or not (isinstance(e, _dist_errors()) or PEER.search(str(e))):
             raise
-        from pods import checkpoint as ckpt
-
-        node = lost_node(str(e), job_nodes())
-        who = f"node {node}" if node else "a peer rank (its node is not in the error)"
-        newest = ckpt.latest_checkpoint(Path(trainer.run_dir) / "checkpoints")
-        then = f"the newest complete checkpoint is {newest}" if newest else "no checkpoint was written yet"
-        msg = (
-            f"lost {who} at step {trainer.step} ({_cause(str(e))}); {then}; continue the run with resume=true"
-        )
-        log.error("%s", msg)
-        print(f"pods: error: {msg}", file=sys.stderr)
+        nodes = job_nodes()
+        # gloo names the peer's address when the connection broke; a timeout names none: then ask Slurm
+        node = lost_node(str(e), nodes) or next(iter(down_nodes(nodes)), None)
+        who = f"node {node}" if node else "a peer rank (its node is not in the error, and Slurm has all up)"
+        say_lost(who, trainer, _cause(str(e)), "continue the run with resume=true")
         sys.exit(1)
+
+
+def say_lost(who: str, trainer, cause: str, then: str) -> None:
+    """The one line of a job that lost a node: which, at which step, why, and what to resume from."""
+    from pods import checkpoint as ckpt
+
+    newest = ckpt.latest_checkpoint(Path(trainer.run_dir) / "checkpoints")
+    saved = f"the newest complete checkpoint is {newest}" if newest else "no checkpoint was written yet"
+    msg = f"lost {who} at step {trainer.step} ({cause}); {saved}; {then}"
+    log.error("%s", msg)
+    print(f"pods: error: {msg}", file=sys.stderr)
 
 
 def _cause(error: str) -> str:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from pods import slurm
+from pods import signals, slurm
 from pods.errors import ConfigError
 from pods.naming import sweep_stamp
 
@@ -70,7 +70,16 @@ def test_outside_slurm_nothing_changes(monkeypatch, make_cfg):
     monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
     cfg = make_cfg("debug=smoke", "hardware=cpu")
     slurm.setup(cfg)
-    assert cfg.resume is False and slurm.callbacks() == []
+    assert cfg.resume is False
+    stop = signals.handler()  # Ctrl-C/SIGTERM as everywhere, not Slurm's requeue on SIGUSR2
+    stop.uninstall()
+    assert type(stop) is signals.StopOnSignal
+
+
+def test_in_a_job_the_run_s_signal_handler_is_slurm_s(job):
+    stop = signals.handler()
+    stop.uninstall()
+    assert isinstance(stop, slurm.RequeueOnSignal) and signal.SIGUSR2 in stop.previous
 
 
 def test_sweep_dirs_have_no_time_under_slurm():

@@ -1,7 +1,7 @@
 """A test plugin (plugins=[tests.slurm.slow_clock], +reward.weights.slow_clock=0.0): a reward term of weight 0
 that sleeps 1 s per step until pods has saved on a time-limit signal (its job log says "SIGUSR2 at step"), so
-that a smoke run outlives Slurm's time-limit signal without more compute, and then finishes fast. The total
-reward, and so the run, is unchanged."""
+that a smoke run outlives Slurm's time-limit signal without more compute, and then finishes fast; not at all
+where SLOW_CLOCK=0 (a run resumed by hand). The total reward, and so the run, is unchanged."""
 
 import os
 import time
@@ -18,6 +18,6 @@ def _saved_on_sigusr2() -> bool:
 
 @register_reward("slow_clock")
 def slow_clock(completions, answers, **kw):
-    if not _saved_on_sigusr2():
+    if os.environ.get("SLOW_CLOCK") != "0" and not _saved_on_sigusr2():
         time.sleep(1.0)
     return [0.0] * len(completions)

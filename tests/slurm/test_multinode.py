@@ -2,7 +2,8 @@
 namespace with its own hostname and address): a DDP job of 2 nodes x 1 and 2 nodes x 2 tasks (gloo between
 the nodes, ranks and master from Slurm's variables) logs the records of a one-node torchrun launch of the same
 world size; requests the partition cannot hold are one line before sbatch; a 2-node job requeued and timed out
-resumes exactly; a node whose task dies ends the job in one line and resume=true continues it."""
+resumes exactly; a node whose tasks die, or whose slurmd dies, ends the job in one line naming it and
+resume=true continues it. scripts/slurm/two_nodes.sbatch, a plain sbatch script, runs as it is."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS
+from tests.slurm.conftest import cancel, job_state, queued, submit, sweep_jobs, wait_gone
 from tests.slurm.test_slurm import RUN as RUN_REQUEUE
 from tests.slurm.test_slurm import SLOW, _job_logs, _jobs, requeue_and_time_limit
 from tests.slurm.test_slurm_distributed import RUN
@@ -38,9 +40,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_two_nodes")]
 
 
-def multirun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def multirun(*args: str, timeout: int = 600, env=ENV) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pods.train", "-m", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    sweep = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    return submit(cmd, sweep, timeout, cwd=ROOT, env=env)
 
 
 def run_dir_of(sweep: Path) -> Path:
@@ -48,43 +51,82 @@ def run_dir_of(sweep: Path) -> Path:
     return run_dir
 
 
+# --- a plain sbatch script (scripts/slurm/two_nodes.sbatch, run as it is) ---------------------------------
+
+SCRIPT = ROOT / "scripts" / "slurm" / "two_nodes.sbatch"
+
+
+def sbatch(out: Path, *args: str, options: tuple[str, ...] = (), env=ENV) -> str:
+    """Submit SCRIPT to partition `multi` with pods.train's overrides `args`; its output in `out`; the job id.
+    The script's `python` is this one (the venv's, first on its PATH)."""
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    cmd = ["sbatch", "--parsable", "-p", "multi", f"--output={out}", *options, str(SCRIPT), *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def read(out: Path) -> str:
+    return out.read_text(errors="replace") if out.exists() else ""
+
+
 def task_hosts(logs: str) -> dict[int, set[str]]:
-    """{global rank: the hosts it started on}, from submitit's `Starting with JobEnvironment(...)` lines."""
+    """{global rank: the hosts it started on}, from pods's `Slurm task <rank> of <world> on <host>` lines."""
     hosts: dict[int, set[str]] = {}
-    for host, rank in re.findall(r"JobEnvironment\(.*?hostname=([\w.-]+).*?global_rank=(\d+)", logs):
+    for rank, host in re.findall(r"Slurm task (\d+) of \d+ on ([\w.-]+) \(master", logs):
         hosts.setdefault(int(rank), set()).add(host)
     return hosts
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["2x1", "2x2"])
+@pytest.fixture(scope="module", params=[1, 2], ids=["2x1-sbatch", "2x2-launcher"])
 def two_node_job(request, tmp_path_factory, torchrun_reference):
-    """(tasks per node, the Slurm job's sweep dir, the one-node torchrun reference's run dir, world size)."""
+    """(tasks per node, the job's logs, its run dir, the one-node torchrun reference's run dir, world size).
+    2 x 1 through scripts/slurm/two_nodes.sbatch as it is (a plain sbatch script), 2 x 2 through
+    hydra/launcher=slurm."""
     tasks = request.param
-    sweep = tmp_path_factory.mktemp(f"two_nodes_{tasks}") / "sweep"
-    proc = multirun(*MULTI, f"hydra.launcher.tasks_per_node={tasks}", *RUN, f"hydra.sweep.dir={sweep}")
-    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-4000:]
-    return tasks, sweep, torchrun_reference(2 * tasks), 2 * tasks
+    tmp = tmp_path_factory.mktemp(f"two_nodes_{tasks}")
+    if tasks == 1:
+        run_dir, out = tmp / "run", tmp / "job.out"
+        job = sbatch(out, *RUN, f"hydra.run.dir={run_dir}")
+        try:
+            wait_gone({job}, 600, lambda: read(out))
+        finally:
+            cancel({job})
+        logs = read(out)
+        assert job_state(job).startswith("COMPLETED"), job_state(job) + logs[-3000:]
+    else:
+        sweep = tmp / "sweep"
+        proc = multirun(*MULTI, f"hydra.launcher.tasks_per_node={tasks}", *RUN, f"hydra.sweep.dir={sweep}")
+        logs = _job_logs(sweep)
+        assert proc.returncode == 0, proc.stderr[-2000:] + logs[-4000:]
+        run_dir = run_dir_of(sweep)
+    return tasks, logs, run_dir, torchrun_reference(2 * tasks), 2 * tasks
 
 
 def test_job_spans_both_nodes_with_ranks_from_slurm(two_node_job):
-    tasks, sweep, _, world = two_node_job
-    logs = _job_logs(sweep)
-    hosts = task_hosts(logs)
-    # rank r runs on node r // tasks: Slurm's block distribution, read by pods from SLURM_PROCID
-    assert hosts == {r: {f"pods-n{1 + r // tasks}"} for r in range(world)}, hosts
-    for r in range(world):  # no torchrun: the process group comes from Slurm's variables, master on node 1
-        assert f"Slurm task {r} of {world} (master pods-n1:" in logs, logs[-3000:]
+    tasks, logs, _, _, world = two_node_job
+    # rank r runs on node r // tasks: Slurm's block distribution, read by pods from SLURM_PROCID; no torchrun,
+    # no MASTER_ADDR: the process group comes from Slurm's variables, master on the first node
+    assert task_hosts(logs) == {r: {f"pods-n{1 + r // tasks}"} for r in range(world)}, logs[-3000:]
+    said = set(re.findall(r"Slurm task \d+ of (\d+) on \S+ \(master ([\w.-]+):\d+\)", logs))
+    assert said == {(str(world), "pods-n1")}, said
 
 
 def test_two_node_job_matches_a_one_node_run(two_node_job):
-    _, sweep, ref, world = two_node_job
-    a, b = read_metrics(ref / "metrics.jsonl"), read_metrics(run_dir_of(sweep) / "metrics.jsonl")
+    _, _, run_dir, ref, world = two_node_job
+    assert_same_run(ref, run_dir, world)
+
+
+def assert_same_run(ref: Path, run_dir: Path, world: int) -> None:
+    """The records of `run_dir` are those of the one-node torchrun run `ref`, and its weights within the rank
+    tests' tolerance."""
+    a, b = read_metrics(ref / "metrics.jsonl"), read_metrics(run_dir / "metrics.jsonl")
     assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # rank 0 writes, once
     assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3]
     for x, y in zip(a, b):
         for k in (*SAME_RUN_KEYS, "eval/accuracy"):
             assert x.get(k) == y.get(k), (world, x["kind"], x["step"], k, x.get(k), y.get(k))
-    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (ref, run_dir_of(sweep)))
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (ref, run_dir))
     assert wa.keys() == wb.keys()
     for k in wa:  # the tolerance of tests/e2e/test_distributed.py's rank comparisons
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
@@ -206,7 +248,9 @@ def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
     try:
         deadline = time.monotonic() + 300
         while proc.poll() is None and not killed:
-            assert time.monotonic() < deadline, _job_logs(sweep)[-3000:]
+            if time.monotonic() > deadline:
+                states = "; ".join(f"job {j}: {job_state(j)}" for j in sweep_jobs(sweep)) or "no job yet"
+                pytest.fail(f"4 records not seen in 300 s ({states})\n{_job_logs(sweep)[-3000:]}")
             time.sleep(0.5)
             runs = list(sweep.glob("*/metrics.jsonl"))
             trained = [r for r in read_metrics(runs[0]) if r["kind"] == "train"] if runs else []
@@ -217,14 +261,10 @@ def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
         assert killed, "the job ended before its tasks on pods-n2 could be killed"
         # the job leaves the queue. Not the submitter: without accounting (no sacct) submitit cannot tell a
         # job that ended without a result (the killed task wrote none) from one still running, and waits
-        job = next(p.name for p in (sweep / ".submitit").iterdir() if p.name.isdigit())
-        while job in _jobs():
-            assert time.monotonic() < deadline, _job_logs(sweep)[-3000:]
-            time.sleep(0.5)
+        wait_gone(sweep_jobs(sweep), 300, lambda: _job_logs(sweep))
     finally:
         proc.kill()
-        for folder in (sweep / ".submitit").glob("*"):
-            subprocess.run(["scancel", folder.name.split("_")[0]], check=False, capture_output=True)
+        cancel(sweep_jobs(sweep))
     logs = _job_logs(sweep)
     lines = [x for x in logs.splitlines() if x.startswith("pods: error: lost")]
     assert len(lines) == 1, logs[-4000:]
@@ -237,7 +277,93 @@ def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
     run_dir = run_dir_of(sweep)
     assert newest == ckpt.latest_checkpoint(run_dir / "checkpoints") and ckpt.verify(newest) is None
     assert 4 <= ckpt.read_meta(newest)["step"] <= step
-    proc = multirun(*args, "resume=true")
+    proc = multirun(*args, "resume=true", env={**ENV, "SLOW_CLOCK": "0"})  # the rest at full speed
     assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-3000:]
     train = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
     assert train == list(range(1, 17))
+
+
+# --- a node whose slurmd dies --------------------------------------------------------------------------
+
+NODES_SCRIPT = ROOT / ".ci" / "slurm-nodes.sh"
+
+
+def multi_nodes_up() -> bool:
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "multi", "-o", "%T"], capture_output=True, text=True)
+    return out.stdout.split() == ["idle", "idle"]
+
+
+@pytest.fixture
+def bring_back_pods_n2():
+    """Restart pods-n2's slurmd (`.ci/slurm-nodes.sh start`) and return the node to service, until both nodes
+    are idle again (bounded): in the test, and after it whatever happened, so that later tests find them."""
+
+    def bring_back(timeout: float = 120) -> None:
+        subprocess.run(["bash", str(NODES_SCRIPT), "start"], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + timeout
+        while not multi_nodes_up():
+            # a node Slurm set down comes back by itself on registering (ReturnToService=2); if not, resume it
+            resume = ["scontrol", "update", "nodename=pods-n2", "state=resume"]
+            subprocess.run(resume, capture_output=True, timeout=60)
+            if time.monotonic() > deadline:
+                sinfo = subprocess.run(["sinfo", "-N", "-p", "multi"], capture_output=True, text=True).stdout
+                pytest.fail(
+                    f"pods-n1/pods-n2 not idle {timeout:.0f} s after pods-n2's slurmd restarted:\n{sinfo}"
+                )
+            time.sleep(1)
+
+    yield bring_back
+    bring_back()
+
+
+def test_a_node_whose_slurmd_dies_ends_the_job_in_one_line_and_resumes(tmp_path, bring_back_pods_n2):
+    """Kill pods-n2's slurmd (its task lives on) while the job trains: after SlurmdTimeout Slurm marks the node
+    down and ends the job (--no-requeue here; the script's --requeue would put it back in the queue), whose
+    rank 0 saves and says in one line which node was lost, at which step, and the checkpoint; the same script
+    with resume=true runs the rest, every record once."""
+    bring_back_pods_n2()  # both nodes idle before (an earlier test's job may still be completing)
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    # 1 s a step (SLOW) while Slurm notices: 60 steps outlast SlurmdTimeout (.ci/slurm.sh) and the pings
+    args = [*RUN, *SLOW, "max_steps=60", "eval.every_steps=0", f"hydra.run.dir={run_dir}"]
+    job = sbatch(out, *args, options=("--no-requeue",))
+    try:
+        deadline = time.monotonic() + 300
+        while len(train_steps(run_dir)) < 4:  # past the checkpoint of step 4, while it trains
+            if time.monotonic() > deadline or job not in (queued() or {job}):
+                why = (
+                    "did not reach step 4 in 300 s" if time.monotonic() > deadline else "ended before step 4"
+                )
+                pytest.fail(f"job {job} ({job_state(job)}) {why}\n{read(out)[-3000:]}")
+            time.sleep(0.5)
+        slurmd = int(Path("/run/slurmd-pods-n2.pid").read_text())
+        os.kill(slurmd, signal.SIGKILL)
+        wait_gone({job}, 300, lambda: read(out))
+    finally:
+        cancel({job})
+    text = read(out)
+    assert train_steps(run_dir)[-1] < 60, "the job ended before Slurm marked pods-n2 down\n" + text[-3000:]
+    lines = [x for x in text.splitlines() if x.startswith("pods: error:")]
+    assert len(lines) == 1, text[-4000:]
+    m = re.match(
+        r"pods: error: lost node pods-n2 at step (\d+) \(SIGTERM from Slurm: pods-n2 is down\S* \(Not responding\)\); "
+        r"the newest complete checkpoint is (\S+); continue the run with resume=true$",
+        lines[0],
+    )
+    assert m, lines[0]
+    step, newest = int(m.group(1)), Path(m.group(2))
+    assert newest == ckpt.latest_checkpoint(run_dir / "checkpoints") and ckpt.verify(newest) is None
+    assert ckpt.read_meta(newest)["step"] == step >= 4  # saved at the step it stopped
+    bring_back_pods_n2()
+    out2 = tmp_path / "resume.out"
+    job = sbatch(out2, *args, "resume=true", env={**ENV, "SLOW_CLOCK": "0"})
+    try:
+        wait_gone({job}, 600, lambda: read(out2))
+    finally:
+        cancel({job})
+    assert job_state(job).startswith("COMPLETED"), job_state(job) + read(out2)[-3000:]
+    assert train_steps(run_dir) == list(range(1, 61))
+
+
+def train_steps(run_dir: Path) -> list[int]:
+    f = run_dir / "metrics.jsonl"
+    return [r["step"] for r in read_metrics(f) if r["kind"] == "train"] if f.exists() else []

@@ -85,3 +85,79 @@ def test_a_lost_rank_is_one_line_naming_node_step_and_checkpoint(monkeypatch, tm
     )
     with pytest.raises(ValueError), slurm.lost_rank_ends_the_job(_Trainer(tmp_path)):  # other errors pass
         raise ValueError("not a collective")
+
+
+def fake_slurm(monkeypatch, sinfo: str, job: str = "JobId=41 JobState=RUNNING Requeue=0 Restarts=0"):
+    """sinfo -N and `scontrol show job -o` answer as given; every other command as it would."""
+    import subprocess
+
+    real = subprocess.run
+
+    def run(cmd, *a, **kw):
+        if cmd[0] == "sinfo":
+            return subprocess.CompletedProcess(cmd, 0, sinfo, "")
+        if cmd[:3] == ["scontrol", "show", "job"]:
+            return subprocess.CompletedProcess(cmd, 0, job + "\n", "")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(slurm.subprocess, "run", run)
+
+
+def test_down_nodes_are_those_slurm_marked_down_or_that_do_not_respond(monkeypatch):
+    rows = "pods-n1|allocated|none\npods-n2|down*|Not responding\nn3|idle*|none\nn4|drained|maint\nn5|mixed|none\n"
+    fake_slurm(monkeypatch, rows)
+    assert slurm.down_nodes(["pods-n1", "pods-n2", "n3", "n4", "n5"]) == {
+        "pods-n2": "down* (Not responding)",
+        "n3": "idle*",
+    }
+    assert slurm.down_nodes([]) == {}
+
+
+def test_a_lost_rank_that_gloo_does_not_name_is_the_node_slurm_has_down(monkeypatch, tmp_path, capsys):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(slurm, "job_nodes", lambda: ["pods-n1", "pods-n2"])
+    fake_slurm(monkeypatch, "pods-n1|allocated|none\npods-n2|down*|Not responding\n")
+    with pytest.raises(SystemExit), slurm.lost_rank_ends_the_job(_Trainer(tmp_path)):
+        raise dist.DistBackendError("Timed out waiting 1800000ms for recv operation to complete")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("pods: error: lost node pods-n2 at step 7 (Timed out waiting 1800000ms"), line
+
+
+@pytest.mark.parametrize("requeue, then", [(0, "continue the run with resume=true"),
+                                           (1, "Slurm requeues the job once its nodes are up")])  # fmt: skip
+def test_sigterm_for_a_node_slurm_marked_down_is_one_line_naming_it(
+    monkeypatch, tmp_path, capsys, requeue, then
+):
+    """A node's slurmd dies: Slurm marks the node down and ends (or requeues) the job with SIGTERM; rank 0
+    says which node, at which step, and the checkpoint it just saved."""
+    import signal
+
+    from pods import checkpoint as ckpt
+    from tests.test_slurm_env import FakeTrainer
+
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    monkeypatch.setattr(slurm, "job_nodes", lambda: ["pods-n1", "pods-n2"])
+    fake_slurm(monkeypatch, "pods-n1|allocated|none\npods-n2|down*|Not responding\n",
+               f"JobId=41 JobState=RUNNING Requeue={requeue} Restarts=0")  # fmt: skip
+    trainer = FakeTrainer()
+    trainer.run_dir = str(tmp_path)
+    monkeypatch.setattr(ckpt, "latest_checkpoint", lambda d: d / "step_0000007")
+    cb = slurm.RequeueOnSignal()
+    try:
+        cb.after_save(trainer, signal.SIGTERM)
+    finally:
+        cb.uninstall()
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "pods: error: lost node pods-n2 at step 7 (SIGTERM from Slurm: pods-n2 is down* (Not responding)); the "
+        f"newest complete checkpoint is {tmp_path}/checkpoints/step_0000007; {then}"
+    )
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {})  # all up: a requeue or preemption, as before
+    cb = slurm.RequeueOnSignal()
+    try:
+        cb.after_save(trainer, signal.SIGTERM)
+    finally:
+        cb.uninstall()
+    assert capsys.readouterr().err == ""

@@ -16,6 +16,7 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
+from tests.slurm.conftest import job_state, submit, sweep_jobs, wait_submitter
 
 ROOT = Path(__file__).resolve().parents[2]
 # the launcher settings a one-node CPU test cluster needs (partition `debug`, no GPUs, 1 core per task)
@@ -32,7 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
 
 def _multirun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pods.train", "-m", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    sweep = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    return submit(cmd, sweep, timeout, cwd=ROOT)
 
 
 def _train(run_dir: Path) -> list[dict]:
@@ -62,8 +64,7 @@ def test_smoke_sweep_runs_on_slurm_and_compare_reads_it(tmp_path):
     sweep = tmp_path / "sweep"
     cmd = readme_sweep()
     assert cmd[:3] == ["python", "-m", "pods.train"]
-    proc = subprocess.run([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = submit([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], sweep, 300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:] + _job_logs(sweep)[-3000:]
     runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
     assert runs == ["max_variance-n4-m4-s0", "max_variance-n4-m4-s1", "random-n4-m4-s0", "random-n4-m4-s1"]
@@ -141,7 +142,11 @@ def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_l
             logs = _job_logs(sweep)
             if "SIGTERM at step" in logs and "SIGUSR2 at step" in logs:
                 break
-            assert time.monotonic() < deadline, f"records seen: {seen[-8:]}\n" + logs[-3000:]
+            if time.monotonic() > deadline:
+                states = "; ".join(f"job {j}: {job_state(j)}" for j in sweep_jobs(sweep)) or "no job yet"
+                pytest.fail(
+                    f"not both signals in 600 s ({states}); records seen: {seen[-8:]}\n{logs[-3000:]}"
+                )
             time.sleep(0.5)
             seen.append(len(_train(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0)
             start = logs.count("Starting with JobEnvironment")
@@ -157,7 +162,8 @@ def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_l
             if proc.poll() is not None or subprocess.run(lift, capture_output=True).returncode == 0:
                 break
             time.sleep(0.5)
-        assert proc.wait(timeout=600) == 0, submit_log.read_text()[-3000:]
+        rc = wait_submitter(proc, sweep, 600, lambda: submit_log.read_text() + _job_logs(sweep))
+        assert rc == 0, submit_log.read_text()[-3000:]
     finally:  # never leave the submitter waiting, or the job queued
         proc.kill()
         for folder in (sweep / ".submitit").glob("*"):

@@ -4,7 +4,6 @@ variables, with no torchrun line, and logs the same records as the same run laun
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS, SMOKE
+from tests.slurm.conftest import submit
 from tests.slurm.test_slurm import SLURM, _job_logs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_two_task_job_matches_the_torchrun_launch(tmp_path, torchrun_reference):
     cmd = [sys.executable, "-m", "pods.train", "-m", *SLURM, "hydra.launcher.tasks_per_node=2", *RUN,
            f"hydra.sweep.dir={sweep}"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = submit(cmd, sweep, 300, cwd=ROOT, env=env)
     logs = _job_logs(sweep)
     assert proc.returncode == 0, proc.stderr[-2000:] + logs[-3000:]
     assert "Slurm task 0 of 2" in logs and "Slurm task 1 of 2" in logs  # ranks from Slurm, not torchrun
