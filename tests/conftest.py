@@ -109,6 +109,18 @@ def pytest_xdist_make_scheduler(config, log):
     return ByUnit(config, log)
 
 
+# The Slurm unit is the longest chain of the suite, and much of it is wall-clock (time limits, requeues) plus its
+# jobs' and reference runs' own CPU work; the workers running other tests lower their priority (nice 10, which
+# their subprocesses inherit) so that this chain, and the Slurm daemons and jobs, get a busy CPU first while the
+# other tests take whatever is left. A worker that ran the Slurm unit lowers it when it moves on.
+NICE = 10
+
+
+def pytest_runtest_setup(item):
+    if hasattr(item.config, "workerinput") and not item.nodeid.startswith(SLURM_UNIT) and os.nice(0) < NICE:
+        os.nice(NICE - os.nice(0))
+
+
 def pytest_collection_modifyitems(config, items):
     seed = os.environ.get(ORDER_SEED)
     if seed:
