@@ -80,12 +80,12 @@ def pytest_report_header(config):
     return f"test order: shuffled with {ORDER_SEED}={seed}" if seed else None
 
 
-# With pytest-xdist (`-n 2`): the tests of one module run on one worker, so that a module's fixtures (often a whole
-# training run) are built once, and every test of tests/slurm/ runs on one worker, one after the other: its jobs
-# share one Slurm cluster (and a session fixture, the torchrun references). That unit goes first (its jobs mostly
-# wait on Slurm while the other worker runs the CPU-bound tests), then the modules that hold a `slow` test, then
-# the rest: the long units start early and the short ones fill in at the end. (xdist's --dist loadgroup would
-# do the grouping from marks, but with pytest 9.2 it silently stops grouping: pytest-xdist issue 1386.)
+# With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
+# a whole training run) are built once, and every test of tests/slurm/ runs on one worker, one after the other: its
+# jobs share one Slurm cluster (and a session fixture, the torchrun references). That unit goes first (its jobs
+# mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a `slow` test,
+# then the rest: the long units start early and the short ones fill in at the end. (xdist's --dist loadgroup
+# would group by marks, but with pytest 9.2 it silently stops grouping: pytest-xdist issue 1386.)
 SLURM_UNIT = "tests/slurm/"
 
 
@@ -110,14 +110,21 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # The Slurm unit is the longest chain of the suite, and much of it is wall-clock (time limits, requeues) plus its
-# jobs' and reference runs' own CPU work; the workers running other tests lower their priority (nice 10, which
-# their subprocesses inherit) so that this chain, and the Slurm daemons and jobs, get a busy CPU first while the
-# other tests take whatever is left. A worker that ran the Slurm unit lowers it when it moves on.
+# jobs' and reference runs' own CPU work. Where it is collected, the workers running other tests lower their
+# priority (nice 10, which their subprocesses inherit) so that this chain, and the Slurm daemons and jobs, get a
+# busy CPU first while the other tests take whatever is left. A worker that ran the Slurm unit lowers it when it
+# moves on.
 NICE = 10
+SLURM_COLLECTED = pytest.StashKey[bool]()
 
 
 def pytest_runtest_setup(item):
-    if hasattr(item.config, "workerinput") and not item.nodeid.startswith(SLURM_UNIT) and os.nice(0) < NICE:
+    config = item.config
+    if (
+        config.stash.get(SLURM_COLLECTED, False)
+        and not item.nodeid.startswith(SLURM_UNIT)
+        and os.nice(0) < NICE
+    ):
         os.nice(NICE - os.nice(0))
 
 
@@ -137,6 +144,7 @@ def pytest_collection_modifyitems(config, items):
         units: dict[str, list] = {}
         for item in items:
             units.setdefault(xdist_unit(item.nodeid), []).append(item)
+        config.stash[SLURM_COLLECTED] = SLURM_UNIT in units
 
         def rank(unit: str) -> int:  # a stable sort: the (shuffled) order holds inside each rank
             slow = any(item.get_closest_marker("slow") for item in units[unit])
