@@ -109,25 +109,6 @@ def pytest_xdist_make_scheduler(config, log):
     return ByUnit(config, log)
 
 
-# The Slurm unit is the longest chain of the suite, and much of it is wall-clock (time limits, requeues) plus its
-# jobs' and reference runs' own CPU work. Where it is collected, the workers running other tests lower their
-# priority (nice 10, which their subprocesses inherit) so that this chain, and the Slurm daemons and jobs, get a
-# busy CPU first while the other tests take whatever is left. A worker that ran the Slurm unit lowers it when it
-# moves on.
-NICE = 10
-SLURM_COLLECTED = pytest.StashKey[bool]()
-
-
-def pytest_runtest_setup(item):
-    config = item.config
-    if (
-        config.stash.get(SLURM_COLLECTED, False)
-        and not item.nodeid.startswith(SLURM_UNIT)
-        and os.nice(0) < NICE
-    ):
-        os.nice(NICE - os.nice(0))
-
-
 def pytest_collection_modifyitems(config, items):
     seed = os.environ.get(ORDER_SEED)
     if seed:
@@ -144,7 +125,6 @@ def pytest_collection_modifyitems(config, items):
         units: dict[str, list] = {}
         for item in items:
             units.setdefault(xdist_unit(item.nodeid), []).append(item)
-        config.stash[SLURM_COLLECTED] = SLURM_UNIT in units
 
         def rank(unit: str) -> int:  # a stable sort: the (shuffled) order holds inside each rank
             slow = any(item.get_closest_marker("slow") for item in units[unit])
