@@ -83,9 +83,10 @@ def pytest_report_header(config):
 # With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
 # a whole training run) are built once, and every test of tests/slurm/ runs on one worker, one after the other: its
 # jobs share one Slurm cluster (and a session fixture, the torchrun references). That unit goes first (its jobs
-# mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a `slow` test,
-# then the rest: the long units start early and the short ones fill in at the end. (xdist's --dist loadgroup
-# would group by marks, but with pytest 9.2 it silently stops grouping: pytest-xdist issue 1386.)
+# mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a `long` test,
+# then those with a `slow` one, then the rest: the long units start early and the short ones fill in at the end.
+# (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping: pytest-xdist
+# issue 1386.)
 SLURM_UNIT = "tests/slurm/"
 
 
@@ -127,7 +128,9 @@ def pytest_collection_modifyitems(config, items):
             units.setdefault(xdist_unit(item.nodeid), []).append(item)
 
         def rank(unit: str) -> int:  # a stable sort: the (shuffled) order holds inside each rank
-            slow = any(item.get_closest_marker("slow") for item in units[unit])
-            return 0 if unit == SLURM_UNIT else 1 if slow else 2
+            if unit == SLURM_UNIT:
+                return 0
+            marks = {mark.name for item in units[unit] for mark in item.iter_markers()}
+            return 1 if "long" in marks else 2 if "slow" in marks else 3
 
         items[:] = [item for unit in sorted(units, key=rank) for item in units[unit]]
