@@ -80,16 +80,57 @@ def pytest_report_header(config):
     return f"test order: shuffled with {ORDER_SEED}={seed}" if seed else None
 
 
+# With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
+# a whole training run) are built once, and every test of tests/slurm/ runs on one worker, one after the other: its
+# jobs share one Slurm cluster (and a session fixture, the torchrun references). That unit goes first (its jobs
+# mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a `long` test,
+# then those with a `slow` one, then the rest: the long units start early and the short ones fill in at the end.
+# (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping: pytest-xdist
+# issue 1386.)
+SLURM_UNIT = "tests/slurm/"
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under `-n`: tests/slurm/ as one, else its module (or doctest file)."""
+    return SLURM_UNIT if nodeid.startswith(SLURM_UNIT) else nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without xdist, never called
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` (xdist's --dist load) hands out whole units, in the order the workers collected them (below)."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist given on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    config.option.loadscopereorder = False  # xdist would sort the units by their number of tests
+    return ByUnit(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     seed = os.environ.get(ORDER_SEED)
-    if not seed:
-        return
-    rng = random.Random(int(seed))
-    modules: dict[str, list] = {}
-    for item in items:
-        modules.setdefault(str(item.path), []).append(item)
-    groups = list(modules.values())
-    rng.shuffle(groups)
-    for group in groups:
-        rng.shuffle(group)
-    items[:] = [item for group in groups for item in group]
+    if seed:
+        rng = random.Random(int(seed))
+        modules: dict[str, list] = {}
+        for item in items:
+            modules.setdefault(str(item.path), []).append(item)
+        groups = list(modules.values())
+        rng.shuffle(groups)
+        for group in groups:
+            rng.shuffle(group)
+        items[:] = [item for group in groups for item in group]
+    if hasattr(config, "workerinput"):  # an xdist worker: the order of the units (above)
+        units: dict[str, list] = {}
+        for item in items:
+            units.setdefault(xdist_unit(item.nodeid), []).append(item)
+
+        def rank(unit: str) -> int:  # a stable sort: the (shuffled) order holds inside each rank
+            if unit == SLURM_UNIT:
+                return 0
+            marks = {mark.name for item in units[unit] for mark in item.iter_markers()}
+            return 1 if "long" in marks else 2 if "slow" in marks else 3
+
+        items[:] = [item for unit in sorted(units, key=rank) for item in units[unit]]

@@ -1,5 +1,7 @@
 """Every option of every config group composes, and bad values fail before any model loads."""
 
+import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -206,19 +208,22 @@ def test_every_numeric_field_has_a_range_check(make_cfg):
         "dynamic_sampling.enabled=true",
         "rollout.vllm.sleep_mode=false",
     ]
-    keys = dict(_numeric_leaves(as_container(checked(make_cfg(*base)))))  # components' settings included
+    composed = make_cfg(*base)
+    keys = dict(_numeric_leaves(as_container(checked(composed))))  # components' settings included
     keys = {k: v for k, v in keys.items() if not k.startswith(("reward.weights.", "dataset.task_kwargs."))}
     assert len(keys) > 40
     unchecked = []
     for key, v in keys.items():
         bad = (
-            "-1000"
+            -1000
             if isinstance(v, int) and not isinstance(v, bool) and key != "algo.epsilon_high"
-            else "nan"
+            else math.nan
         )
-        for val in {bad, "-1000.5"} if bad == "nan" else {bad}:
+        for val in {bad, -1000.5} if bad is math.nan else {bad}:
+            cfg = copy.deepcopy(composed)  # with this one value set (composing anew costs 0.25 s a value)
+            OmegaConf.update(cfg, key, val)
             try:
-                checked(make_cfg(*base, f"{key}={val}"))
+                checked(cfg)
             except ConfigError as e:
                 if key not in str(e):
                     unchecked.append((key, val, str(e)))

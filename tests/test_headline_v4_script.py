@@ -55,6 +55,7 @@ def test_a_frozen_setting_naming_another_policy_is_refused(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_smoke_pilot_then_confirm(tmp_path):
     r = run(tmp_path, "pilot", EXTRA="rollout.hf.share_prefill=false")  # an extra override reaches every run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from pods.tracking import read_metrics
@@ -38,6 +39,7 @@ def recipe_command() -> list[str]:
     return shlex.split(lines[0])[1:]
 
 
+@pytest.mark.slow
 def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
     files = recipe_files()
     assert set(files) == {"my_selectors.py", "my_rewards.py", "my_filters.py", "my_backend.py"}

@@ -4,6 +4,7 @@ unimportable plugins fail in one line. (README's plugin recipes run verbatim in 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,19 +19,19 @@ from pods.train import load_plugins, preflight
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_new_selector_file_under_pods_selection_registers_without_editing_init():
-    path = ROOT / "pods" / "selector" / f"zz_recipe_probe_{os.getpid()}.py"
-    path.write_text(
+def test_a_new_selector_file_under_pods_selection_registers_without_editing_init(tmp_path):
+    # in a copy of the package: a file added to this checkout's pods/selector/ would be imported by any pods
+    # process starting meanwhile (a test on another worker under `pytest -n`), and fail it once removed
+    shutil.copytree(ROOT / "pods", tmp_path / "pods", ignore=shutil.ignore_patterns("assets", "__pycache__"))
+    (tmp_path / "pods" / "assets").symlink_to(ROOT / "pods" / "assets")
+    (tmp_path / "pods" / "selector" / "zz_recipe_probe.py").write_text(
         "from pods.selector.selectors import register_selector\n\n"
         "@register_selector('zz_probe')\ndef probe(rewards, m, generator=None):\n    return rewards[:, :m]\n"
     )
-    try:
-        code = "from pods.selector import SELECTORS; print('zz_probe' in SELECTORS)"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
-        assert out.stdout.strip() == "True", out.stderr[-2000:]
-    finally:
-        path.unlink()
+    code = "import pods; from pods.selector import SELECTORS; print(pods.__file__, 'zz_probe' in SELECTORS)"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.stdout.split() == [str(tmp_path / "pods" / "__init__.py"), "True"], out.stderr[-2000:]
 
 
 def test_import_submodules_imports_every_module_of_a_package(tmp_path, monkeypatch):

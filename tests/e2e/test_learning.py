@@ -12,6 +12,7 @@ from pods.train import run
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_default_policy_learns_in_a_short_run(make_cfg, tmp_path):
     cfg = make_cfg("max_steps=40", "eval.every_steps=20", "checkpoint.save_final=false", "hardware=cpu")
     run(cfg)

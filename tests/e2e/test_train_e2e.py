@@ -38,6 +38,7 @@ def readme_smoke(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_readme_smoke_command_runs(readme_smoke):
     recs = read_metrics(readme_smoke / "metrics.jsonl")
     assert [r["step"] for r in recs if r["kind"] == "train"] == [1, 2, 3]
@@ -70,6 +71,7 @@ def test_smoke_run_writes_metrics_and_changes_parameters(readme_smoke):
     assert changed, "no parameter changed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", ["false", "true"])  # true: the generation copy must follow the resume
 def test_resume_gives_the_same_next_steps_as_an_uninterrupted_run(make_cfg, tmp_path, compiled):
     common = [

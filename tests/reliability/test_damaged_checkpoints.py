@@ -114,6 +114,7 @@ def _mount_tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {getattr(e, 'stderr', '') or e}".strip())
 
 
+@pytest.mark.slow
 def test_full_disk_during_a_save_is_one_line_and_the_run_resumes_elsewhere(reference, tmp_path):
     # 14 MiB: the first checkpoint (9.6 MiB) fits, the second does not
     disk = tmp_path / "small"

@@ -68,6 +68,7 @@ def rollouts_equal(a, b) -> None:
 # --- parity with the HF backend -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_greedy_rollouts_are_token_identical_to_the_hf_backend(setup, engine):
     _, _, eval_set = setup
     _, _, gen, hf = engine
@@ -212,6 +213,7 @@ def test_weight_sync_makes_the_engine_decode_the_trained_policy(setup, engine):
         assert [p.name for p in gen.adapter_root.iterdir()] == [f"v{gen.version}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", ["false", "true"])
 def test_resumed_run_syncs_the_engine_to_the_checkpoint(tmp_path, lora):
     from pods.train import preflight
