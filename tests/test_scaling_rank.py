@@ -102,7 +102,7 @@ def test_decode_parts_split_a_real_graph_loop_generation_and_the_bench_reads_the
     timer = PhaseTimer()
     g = HFGenerator(model, tok, "cpu", 4, 12, compiled=True, dtype=torch.float32, prompt_bucket=16,
                     max_prompt_len=64, timer=timer, loop="graph")  # fmt: skip
-    trainer = SimpleNamespace(generator=g, run_dir=tmp_path, dist=SimpleNamespace(rank=0), step=0)
+    trainer = SimpleNamespace(backend=g, run_dir=tmp_path, dist=SimpleNamespace(rank=0), step=0)
     cb, records = DecodeParts(), []
     # step 1 makes the decoder; step 2 is timed; step 3 a longer prompt: a new width, whose warm-up decodes
     # (timed as compile) fall in the parts; step 4 a new row count: a decoder made in the step, not timed
