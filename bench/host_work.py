@@ -13,7 +13,7 @@ import torch
 
 from pods.reward import functions, numbers
 from pods.reward.grading import Grader, extract_answer, numbers_match
-from pods.reward.registry import REWARDS, Reward
+from pods.reward.registry import Reward
 from pods.rollout.hf import decode_completions
 
 WEIGHTS = {"accuracy": 1.0, "format": 0.1}  # conf/reward/accuracy_format.yaml, the headline's reward
@@ -49,10 +49,10 @@ class GraderBefore(Grader):
 class RewardBefore(Reward):
     """The format term scored for every row, as before."""
 
-    def _term(self, name, completions, answers):
+    def _term(self, name, completions, answers, context):
         if name == "format":
             return [functions._format_score(c) if isinstance(c, str) else 0.0 for c in completions]
-        return [float(v) for v in REWARDS[name](completions, answers, grader=self.grader)]
+        return super()._term(name, completions, answers, context)
 
 
 def arms(tok, comp: torch.Tensor, golds: list[str], pool_grader: Grader) -> dict:

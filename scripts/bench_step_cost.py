@@ -122,22 +122,27 @@ def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) ->
     return out
 
 
+def headline_policy(args, name: str):
+    """The headline config (GRPO 16/16), its tokenizer and policy on --device in eval mode, the dtype, and the
+    first `--prompts-per-step` training rows and their prompts: what the A/B benchmarks below run on."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / name, "none", 16, 16, [])
+    tok = AutoTokenizer.from_pretrained(cfg.model.path)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(args.device).eval()
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
+    return cfg, tok, model, dtype, lines, [cfg.dataset.template.format(**row) for row in lines]
+
+
 def prefill_ab(args, reps: int = 4) -> list[dict]:
     """The prefill alone, shared (rollout.hf.share_prefill) or per row, alternating A and B so load drifts hit
     both: generate() of the first `--prompts-per-step` training prompts x n rows with one new token (prefill and
     its draw; the graph loop, eager on a CPU), wall and process CPU ms per call, mean of `reps` after one warm-up.
     Greedy: the one token of each row is compared too."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from pods.rollout.hf import HFGenerator
 
-    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "prefill_ab", "none", 16, 16, [])
-    path = cfg.model.path
-    tok = AutoTokenizer.from_pretrained(path)
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
-    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
-    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    cfg, tok, model, dtype, _, prompts = headline_policy(args, "prefill_ab")
     out = []
     for n in (16, 64):
         gens = {
@@ -172,19 +177,11 @@ def host_ab(args, reps: int = 30) -> list[dict]:
     on one set of rollouts: the first `--prompts-per-step` training prompts x 64 rows of the headline policy
     at T=0.9 (seeded; transformers' generate loop, nothing to compile: the rollouts are only the input here),
     and their first 16 rows per prompt (GRPO's batch)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from bench.host_work import ab, arms
     from pods.reward.grading import Grader
     from pods.rollout.hf import HFGenerator
 
-    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "host_ab", "none", 16, 16, [])
-    path = cfg.model.path
-    tok = AutoTokenizer.from_pretrained(path)
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
-    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
-    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    cfg, tok, model, dtype, lines, prompts = headline_policy(args, "host_ab")
     gen = HFGenerator(model, tok, args.device, args.rollout_batch, cfg.model.max_completion_len,
                       dtype=dtype, max_prompt_len=cfg.model.max_prompt_len)  # fmt: skip
     torch.manual_seed(args.seed)
