@@ -3,7 +3,7 @@
 pods.config checks fields and stays below every stage; this module loads the four registries (with any
 `plugins:` already imported), and for each group
 
-    selector.name    prefilter.name    reward.weights.<name>    rollout.backend
+    selector.name    prefilter.name    reward.weights.<name>    rollout.name
 
 checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
 checks the own settings of each chosen component and of each section the config holds (its registry entry's
@@ -29,8 +29,7 @@ from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
 from pods.spelling import retired_key
 
-KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "reward.weights",
-        "rollout": "rollout.backend"}  # fmt: skip
+KEYS = {group: f"{group}.name" for group in ("selector", "prefilter", "rollout")} | {"reward": "reward.weights"}
 
 
 def registries() -> dict[str, Registry]:
@@ -47,7 +46,7 @@ def chosen(c: TrainConfig, group: str) -> list[str]:
     """The component names that group `group` of `c` picks."""
     if group == "reward":  # the weighted terms, and the correctness term, computed even when not weighted
         return list(dict.fromkeys([*c.reward.weights, c.reward.correctness]))
-    return [c.rollout.backend if group == "rollout" else getattr(c, group).name]
+    return [getattr(c, group).name]
 
 
 def typed_settings(cls: type, raw: Any, key: str) -> Any:

@@ -48,6 +48,7 @@ from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.dynamic_sampling import DynamicSampling
 from pods.rollout.stage import RolloutStage, completion_metrics
 from pods.selector.stage import SelectorStage
+from pods.spelling import current_config
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
@@ -332,7 +333,7 @@ class Trainer:
         if saved is None:
             log.warning("checkpoint %s holds no config and there is no config.yaml: not compared", where)
             return {}
-        changed = history.check_same_experiment(saved, as_container(self.settings), where)
+        changed = history.check_same_experiment(current_config(saved), as_container(self.settings), where)
         for key, (old, new) in changed.items():
             log.info("resume: %s changed from %s to %s (history.jsonl)", key, old, new)
         return changed

@@ -111,7 +111,7 @@ def test_a_generate_signature_off_the_protocol_is_named(cls, message):
 def test_preflight_refuses_a_backend_whose_generate_misses_an_argument(make_cfg):
     register_backend("test_no_batch_size")(NoBatchSize)
     try:
-        s = RolloutSettings.from_config(settings(make_cfg("rollout.backend=test_no_batch_size")))
+        s = RolloutSettings.from_config(settings(make_cfg("rollout.name=test_no_batch_size")))
         with pytest.raises(ConfigError, match="test_no_batch_size.*does not take 'batch_size'"):
             check_backend(s)
     finally:

@@ -1,6 +1,6 @@
 """The rollout stage's extension point: the `Generator` interface and the backend registry.
 
-A backend is a class registered with `@register_backend("name")`; `rollout.backend=name` then builds it
+A backend is a class registered with `@register_backend("name")`; `rollout.name=name` then builds it
 through `from_config(settings, model, tokenizer, device, timer)`. `settings` is a `RolloutSettings`: the
 rollout group (the backend's own knobs in its section, `rollout.<name>.*`) and the model and hardware groups
 generation depends on, typed (pods/config.py), not the whole config; how to sample comes with each
@@ -83,7 +83,7 @@ def check_generate_signature(cls: type, name: str | None = None) -> None:
 
     want = list(inspect.signature(Generator.generate).parameters.values())[1:]  # without self
     fn = getattr(cls, "generate", None)
-    where = f"rollout.backend={name!r}: {cls.__name__}.generate" if name else f"{cls.__name__}.generate"
+    where = f"rollout.name={name!r}: {cls.__name__}.generate" if name else f"{cls.__name__}.generate"
     if fn is None:
         raise TypeError(f"{where} is missing (see pods.rollout.backend.Generator)")
     have = list(inspect.signature(fn).parameters.values())[1:]
@@ -137,22 +137,22 @@ BACKENDS: Registry[type[Backend]] = Registry("rollout backend")
 
 
 def register_backend(name: str, settings: type | None = None):
-    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it.
+    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.name=sglang` build it.
     `settings`: a dataclass of the backend's own knobs, set as `rollout.<name>.<knob>` and read in its hooks
     as `settings.rollout.own()`."""
     return BACKENDS.register(name, settings)
 
 
 def backend_class(name: str) -> type[Backend]:
-    """The class registered under `name` (rollout.backend; KeyError listing the registered names otherwise)."""
-    return BACKENDS.get_or_raise(name, "rollout.backend")
+    """The class registered under `name` (rollout.name; KeyError listing the registered names otherwise)."""
+    return BACKENDS.get_or_raise(name, "rollout.name")
 
 
 def check_backend(settings: RolloutSettings) -> type[Backend]:
     """The config checks that depend on the backend (run by pods.components.resolve, which has checked that
-    rollout.backend is registered): its generate() takes what the loop and eval pass (the Generator
+    rollout.name is registered): its generate() takes what the loop and eval pass (the Generator
     protocol), it supports the hardware profile, and its own checks (Backend.check)."""
-    name = settings.rollout.backend
+    name = settings.rollout.name
     cls = backend_class(name)
     try:
         check_generate_signature(cls, name)
@@ -160,15 +160,15 @@ def check_backend(settings: RolloutSettings) -> type[Backend]:
         raise ConfigError(str(e)) from None
     if settings.hardware.distributed == "fsdp" and not cls.supports_fsdp:
         raise ConfigError(
-            f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
+            f"hardware.distributed=fsdp does not support rollout.name={name} yet; use hardware.distributed=ddp"
         )
     cls.check(settings)
     return cls
 
 
 def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
-    """Build the backend named by rollout.backend and check that it has the Generator interface."""
-    name = settings.rollout.backend
+    """Build the backend named by rollout.name and check that it has the Generator interface."""
+    name = settings.rollout.name
     gen = backend_class(name).from_config(settings, model, tokenizer, device, timer)
     if not isinstance(gen, Generator):
         missing = [
@@ -177,7 +177,7 @@ def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=N
             if not hasattr(gen, k)
         ]
         raise TypeError(
-            f"rollout.backend={name!r} built a {type(gen).__name__} without {', '.join(missing)} "
+            f"rollout.name={name!r} built a {type(gen).__name__} without {', '.join(missing)} "
             "(see pods.rollout.backend.Generator)"
         )
     return gen
