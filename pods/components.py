@@ -29,7 +29,12 @@ from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
 from pods.spelling import retired_key
 
-KEYS = {group: f"{group}.name" for group in ("selector", "prefilter", "rollout")} | {"reward": "reward.weights"}
+KEYS = {
+    "selector": "selector.name",
+    "prefilter": "prefilter.name",
+    "reward": "reward.weights",
+    "rollout": "rollout.name",
+}
 
 
 def registries() -> dict[str, Registry]:

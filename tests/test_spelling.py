@@ -106,7 +106,9 @@ def test_rollout_backend_in_a_yaml_names_rollout_name(make_cfg):
     from pods.components import checked
     from pods.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^rollout.backend is retired; write rollout.name \(or rollout=NAME\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^rollout.backend is retired; write rollout.name \(or rollout=NAME\)$"
+    ):
         checked(make_cfg("+rollout.backend=hf"))
 
 
