@@ -8,8 +8,8 @@ pods.config checks fields and stays below every stage; this module loads the fou
 checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
 checks the own settings of each chosen component and of each section the config holds (its registry entry's
 dataclass, from the section named after it: `prefilter.greso.p_init`), refuses a section that names no
-component of the group (a typo) and one of a component that is not chosen (a setting that would do nothing;
-the rollout group excepted, where hardware presets hold each backend's share of the card), applies the
+component of the group (a typo) and one of a component that is not chosen (a setting that would do
+nothing: `rollout.name=hf rollout.vllm.sleep_mode=true`), applies the
 entries' traits (a selector that `keeps_all` needs m = n), checks that the reward's correctness term
 (`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards
 and prefilter and the backend's own checks (FSDP support, generate()'s signature): a component that breaks
@@ -100,7 +100,7 @@ def resolve(c: TrainConfig) -> TrainConfig:
         names = [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]
         sections = {n: typed_settings(reg.settings[n], node.sections.get(n), f"{group}.{n}") for n in names}
         unchosen = [n for n in node.sections if n not in chosen(c, group)]
-        if unchosen and group != "rollout":  # hardware presets set rollout.vllm.* whichever backend runs
+        if unchosen:
             name = unchosen[0]
             where = f"reward.weights has no {name}" if group == "reward" else f"{key}={chosen(c, group)[0]!r}"
             raise ConfigError(
