@@ -20,6 +20,7 @@ its contract is one line here, before the model loads, not a traceback at step 1
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -138,17 +139,15 @@ def conform(c: TrainConfig) -> None:
     from pods.reward import REWARDS
     from pods.selector import SELECTORS
 
-    s = c.selector
-    checks = [
-        (f"selector.name={s.name!r}", lambda: testing.check_selector(
-            SELECTORS[s.name], P=2, n=s.n, m=s.m, settings=s.own()
-        )),
-        (f"prefilter.name={c.prefilter.name!r}", lambda: testing.check_prefilter(
-            PREFILTERS[c.prefilter.name], c.prefilter.own(), c.seed
-        )),
-        *((f"reward {n!r}", lambda n=n: testing.check_reward_signature(REWARDS[n])) for n in chosen(c, "reward")),
-    ]  # fmt: skip
-    for key, check in checks:
+    s, p = c.selector, c.prefilter
+    checks = {
+        f"selector.name={s.name!r}": partial(
+            testing.check_selector, SELECTORS[s.name], 2, s.n, s.m, settings=s.own()
+        ),
+        f"prefilter.name={p.name!r}": partial(testing.check_prefilter, PREFILTERS[p.name], p.own(), c.seed),
+        **{f"reward {n!r}": partial(testing.check_reward_signature, REWARDS[n]) for n in chosen(c, "reward")},
+    }
+    for key, check in checks.items():
         try:
             check()
         except AssertionError as e:

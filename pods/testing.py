@@ -102,8 +102,9 @@ def check_reward_signature(reward: str | Callable) -> None:
     _takes(fn, 1, "answers", "reward")
 
 
-def check_reward(reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None,
-                 **kw) -> None:  # fmt: skip
+def check_reward(
+    reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None, **kw
+) -> None:
     """`reward(completions, answers, **kw) -> list[float]`: one finite float per completion, the same on a
     second call, and [] for no completions. `kw` is what the run passes (`grader=`), if it needs it."""
     from pods.reward import REWARDS
@@ -111,8 +112,13 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
     fn = _fn(REWARDS, reward)
     check_reward_signature(fn)
     completions = completions or [
-        "<think>7 + 5</think>\n<answer>12</answer>", "<answer>13</answer>", "12", "", "\\boxed{12}", "x" * 5000,
-    ]  # fmt: skip
+        "<think>7 + 5</think>\n<answer>12</answer>",
+        "<answer>13</answer>",
+        "12",
+        "",
+        "\\boxed{12}",
+        "x" * 5000,
+    ]
     answers = answers or ["12"] * len(completions)
     out = [list(fn(completions, answers, **kw)) for _ in range(2)]
     assert len(out[0]) == len(completions), f"reward: {len(out[0])} values for {len(completions)} completions"
@@ -122,12 +128,14 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
     assert list(fn([], [], **kw)) == [], "reward: no completions must give []"
 
 
-def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4,
-                    epochs: int = 3) -> None:  # fmt: skip
+def check_prefilter(
+    prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4, epochs: int = 3
+) -> None:
     """A prefilter built as a run builds it, `cls(seed=..., **knobs)` (settings: given, else its registry
-    entry's dataclass at its defaults; pods.prefilter.registry.construct): keep() gives one bool per prompt, observe/end_step/metrics run in the loop's
-    order over a few epochs, metrics are numbers named `prefilter/...`, and a filter loaded from another's
-    state_dict() (built with another seed) makes the same decisions from there on."""
+    entry's dataclass at its defaults; pods.prefilter.registry.construct): keep() gives one bool per prompt,
+    observe/end_step/metrics run in the loop's order over a few epochs, metrics are numbers named
+    `prefilter/...`, and a filter loaded from another's state_dict() (built with another seed) makes the same
+    decisions from there on."""
     from pods.prefilter import PREFILTERS
     from pods.prefilter.registry import construct
 
