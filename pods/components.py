@@ -3,13 +3,13 @@
 pods.config checks fields and stays below every stage; this module loads the four registries (with any
 `plugins:` already imported), and for each group
 
-    selector.name    prefilter.name    reward.weights.<name>    rollout.backend
+    selector.name    prefilter.name    reward.weights.<name>    rollout.name
 
 checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
 checks the own settings of each chosen component and of each section the config holds (its registry entry's
 dataclass, from the section named after it: `prefilter.greso.p_init`), refuses a section that names no
-component of the group (a typo) and one of a component that is not chosen (a setting that would do nothing;
-the rollout group excepted, where hardware presets hold each backend's share of the card), applies the
+component of the group (a typo) and one of a component that is not chosen (a setting that would do
+nothing: `rollout.name=hf rollout.vllm.sleep_mode=true`), applies the
 entries' traits (a selector that `keeps_all` needs m = n), checks that the reward's correctness term
 (`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards
 and prefilter and the backend's own checks (FSDP support, generate()'s signature): a component that breaks
@@ -20,6 +20,7 @@ its contract is one line here, before the model loads, not a traceback at step 1
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -29,8 +30,12 @@ from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
 from pods.spelling import retired_key
 
-KEYS = {"selector": "selector.name", "prefilter": "prefilter.name", "reward": "reward.weights",
-        "rollout": "rollout.backend"}  # fmt: skip
+KEYS = {
+    "selector": "selector.name",
+    "prefilter": "prefilter.name",
+    "reward": "reward.weights",
+    "rollout": "rollout.name",
+}
 
 
 def registries() -> dict[str, Registry]:
@@ -47,7 +52,7 @@ def chosen(c: TrainConfig, group: str) -> list[str]:
     """The component names that group `group` of `c` picks."""
     if group == "reward":  # the weighted terms, and the correctness term, computed even when not weighted
         return list(dict.fromkeys([*c.reward.weights, c.reward.correctness]))
-    return [c.rollout.backend if group == "rollout" else getattr(c, group).name]
+    return [getattr(c, group).name]
 
 
 def typed_settings(cls: type, raw: Any, key: str) -> Any:
@@ -96,7 +101,7 @@ def resolve(c: TrainConfig) -> TrainConfig:
         names = [*node.sections, *(n for n in chosen(c, group) if n in reg.settings)]
         sections = {n: typed_settings(reg.settings[n], node.sections.get(n), f"{group}.{n}") for n in names}
         unchosen = [n for n in node.sections if n not in chosen(c, group)]
-        if unchosen and group != "rollout":  # hardware presets set rollout.vllm.* whichever backend runs
+        if unchosen:
             name = unchosen[0]
             where = f"reward.weights has no {name}" if group == "reward" else f"{key}={chosen(c, group)[0]!r}"
             raise ConfigError(
@@ -134,17 +139,15 @@ def conform(c: TrainConfig) -> None:
     from pods.reward import REWARDS
     from pods.selector import SELECTORS
 
-    s = c.selector
-    checks = [
-        (f"selector.name={s.name!r}", lambda: testing.check_selector(
-            SELECTORS[s.name], P=2, n=s.n, m=s.m, settings=s.own()
-        )),
-        (f"prefilter.name={c.prefilter.name!r}", lambda: testing.check_prefilter(
-            PREFILTERS[c.prefilter.name], c.prefilter.own(), c.seed
-        )),
-        *((f"reward {n!r}", lambda n=n: testing.check_reward_signature(REWARDS[n])) for n in chosen(c, "reward")),
-    ]  # fmt: skip
-    for key, check in checks:
+    s, p = c.selector, c.prefilter
+    checks = {
+        f"selector.name={s.name!r}": partial(
+            testing.check_selector, SELECTORS[s.name], 2, s.n, s.m, settings=s.own()
+        ),
+        f"prefilter.name={p.name!r}": partial(testing.check_prefilter, PREFILTERS[p.name], p.own(), c.seed),
+        **{f"reward {n!r}": partial(testing.check_reward_signature, REWARDS[n]) for n in chosen(c, "reward")},
+    }
+    for key, check in checks.items():
         try:
             check()
         except AssertionError as e:

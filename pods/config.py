@@ -356,16 +356,16 @@ class RolloutConfig:
     """The rollout backend; its own knobs sit in its section (`rollout.hf.*`: pods/rollout/hf.py, HFSettings;
     `rollout.vllm.*`: pods/rollout/vllm.py, VLLMSettings)."""
 
-    backend: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
+    name: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
     batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
     sections: dict[str, Any] = field(default_factory=dict)  # backend name -> its own settings
 
     def own(self) -> Any:
         """The chosen backend's settings (its registry entry's dataclass), or None."""
-        return self.sections.get(self.backend)
+        return self.sections.get(self.name)
 
     def check(self) -> None:
-        # rollout.backend is checked against the backend registry in pods.components.resolve
+        # rollout.name is checked against the backend registry in pods.components.resolve
         at_least("rollout.batch_size", self.batch_size, 1)
 
 

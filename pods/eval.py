@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-from pods.config import EvalConfig, SamplingConfig
+from pods.config import EvalConfig, SamplingConfig, TrainConfig, add_special_tokens
 from pods.reward.stage import grade
 
 
 def evaluate(
     backend,
     reward_fn,
-    prompts: list[str],
-    answers: list[str],
+    data,
     e: EvalConfig,
     sampling: SamplingConfig,
     add_special_tokens: bool,
     dist,
     show: int = 0,
-    fields: list[dict] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy = mean over questions and samples of the accuracy term; also format and lengths.
+    `data`: the held-out prompt set (pods.data.PromptSet: `prompts`, `answers`, `fields`, which may be None).
 
     Samples at e.temperature (0 = greedy) with the rollouts' top_p and top_k (the sampling section). The
     questions are sharded over ranks and the per-sample results gathered.
@@ -28,6 +30,7 @@ def evaluate(
     Returns (metrics, the first `show` sample records for the log: logger.log_completions).
     """
     k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
+    prompts, answers = data.prompts, data.answers
     ids = dist.shard(list(range(len(prompts))))
     out = backend.generate(
         [prompts[i] for i in ids],
@@ -40,7 +43,7 @@ def evaluate(
         batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
-    graded = grade(reward_fn, out.texts, ids, k, prompts, answers, fields)  # as in training
+    graded = grade(reward_fn, out.texts, ids, k, data)  # as in training
     terms = sorted(graded.terms)
     local = torch.stack(
         [
@@ -76,24 +79,35 @@ def evaluate(
     return metrics, samples
 
 
+@dataclass
 class Evaluator:
-    """The eval stage, built once from its groups (eval, sampling) and the held-out set: `evaluator()` is
-    evaluate() on the policy as the backend holds it now."""
+    """The eval stage, built once from its groups (eval, sampling, the model's prompt rule, how many samples
+    the log shows) and the held-out set: `evaluator()` is evaluate() on the policy as the backend holds it now."""
 
-    def __init__(self, backend, reward_fn, eval_set, e: EvalConfig, sampling: SamplingConfig,
-                 add_special_tokens: bool, dist, show: int = 0):  # fmt: skip
-        self.backend, self.reward_fn, self.eval_set, self.e, self.sampling = (
+    backend: Any  # the rollout backend (pods/rollout/backend.py, Generator)
+    reward_fn: Any  # the Reward (pods/reward/registry.py)
+    eval_set: Any  # the held-out PromptSet
+    e: EvalConfig
+    sampling: SamplingConfig
+    add_special_tokens: bool
+    dist: Any
+    show: int = 0
+
+    @classmethod
+    def build(cls, c: TrainConfig, backend, reward_fn, eval_set, dist) -> Evaluator:
+        return cls(
             backend,
             reward_fn,
             eval_set,
-            e,
-            sampling,
+            c.eval,
+            c.sampling,
+            add_special_tokens(c.model),
+            dist,
+            c.logger.log_completions,
         )
-        self.add_special_tokens, self.dist, self.show = add_special_tokens, dist, show
 
     def __call__(self) -> tuple[dict[str, float], list[dict]]:
-        s = self.eval_set
+        s = self
         return evaluate(
-            self.backend, self.reward_fn, s.prompts, s.answers, self.e, self.sampling, self.add_special_tokens,
-            self.dist, self.show, s.fields,
-        )  # fmt: skip
+            s.backend, s.reward_fn, s.eval_set, s.e, s.sampling, s.add_special_tokens, s.dist, s.show
+        )

@@ -122,9 +122,7 @@ def choose_lora(gen: RolloutSettings, algo: AlgoConfig, device: torch.device) ->
     if hf_config is None:
         return h.lora
     size = model_size(hf_config, m.lora.r, m.lora.targets)
-    backend = backend_class(
-        gen.rollout.backend
-    )  # vllm: the engine holds its own copy, in its share of the card
+    backend = backend_class(gen.rollout.name)  # vllm: the engine holds its own copy, in its share of the card
     budget = card * STATE_SHARE * (1 - backend.card_share(gen))
     compiled = backend.keeps_generation_copy(gen, device)
     full, lora = (state_bytes(size, gen, algo.beta, x, compiled) for x in (False, True))

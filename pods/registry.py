@@ -8,12 +8,25 @@ the config then holds them under the group, in a section named after the entry (
 checked and typed with the rest of the config before anything loads (pods/components.py). Behaviour the rest
 of pods must know about an entry is a trait declared with it, never a test of its name:
 `register_selector("none", keeps_all=True)` (the selector trains on every rollout: m must equal n).
+
+One rule for how an entry gets its settings: its own knobs as keyword arguments (the fields of its dataclass,
+`prefilter.greso.p_init` -> `p_init=`), beside what the loop hands it, by name:
+
+    selector   fn(rewards, m, generator=..., **knobs)
+    reward     fn(completions, answers, prompts=..., grader=..., <row fields>=..., **knobs)
+    prefilter  cls(seed=..., **knobs)
+    backend    cls.from_config(settings, model=..., tokenizer=..., device=..., timer=..., **knobs)
+
+(`settings`, a backend's context, is what generation depends on: the rollout, model and hardware groups; its
+class-level hooks, run on the config before anything is built, read the same knobs as `settings.rollout.own()`.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 import traceback
 from collections.abc import Callable, Iterable
@@ -55,6 +68,28 @@ class Registry(Generic[T], dict):
             where = f"{key}={name!r}" if key else f"{self.kind} {name!r}"
             raise KeyError(f"{where} is not registered; valid {self.kind} names: {', '.join(sorted(self))}")
         return self[name]
+
+
+class ContractDeprecationWarning(FutureWarning):
+    """A component written for an earlier contract: it still runs, and this says what to change. A
+    FutureWarning, so a run shows it (a DeprecationWarning is hidden outside __main__)."""
+
+
+def knobs(settings) -> dict:
+    """A component's own settings (its registry entry's dataclass, or None) as keyword arguments."""
+    return dataclasses.asdict(settings) if settings is not None else {}
+
+
+def takes_keywords(fn: Callable, names) -> bool:
+    """Whether `fn` accepts every one of `names` as a keyword argument (by name, or through `**kw`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin: nothing to read
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return True
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return set(names) <= named
 
 
 def _origin(obj) -> str:

@@ -33,6 +33,8 @@ RETIRED_KEYS = {
     "hardware.update_sdpa": "update.sdpa",
     **{f"rollout.{k}": f"sampling.{k}" for k in ("temperature", "top_p", "top_k")},
     **{f"rollout.{k}": f"rollout.hf.{k}" for k in HF_KNOBS},
+    # one key shape: every group names its component in `<group>.name` (issue 41)
+    "rollout.backend": "rollout.name (or rollout=NAME)",
 }
 
 # retired group options -> the stage groups (or arm) that run the same thing
@@ -73,6 +75,21 @@ def retired_hint(args: list[str]) -> str | None:
         if retired_key(key):
             return f"{a}: {retired_key(key)}"
     return None
+
+
+def current_config(saved: dict) -> dict:
+    """A config saved by an older pods (a checkpoint's, a run's config.yaml) in today's keys, so that a run
+    saved before a rename resumes: `rollout.backend` is `rollout.name` (issue 41). A copy; the saved file
+    is not rewritten.
+
+    >>> current_config({"rollout": {"backend": "hf", "batch_size": 256}, "seed": 0})
+    {'rollout': {'name': 'hf', 'batch_size': 256}, 'seed': 0}
+    """
+    rollout = saved.get("rollout")
+    if not isinstance(rollout, dict) or "backend" not in rollout or "name" in rollout:
+        return saved
+    renamed = {("name" if k == "backend" else k): v for k, v in rollout.items()}
+    return {**saved, "rollout": renamed}
 
 
 # metric names that one word per stage retired (issue 30, item 5): the prefilter's `filter/*` metrics and the

@@ -102,8 +102,9 @@ def check_reward_signature(reward: str | Callable) -> None:
     _takes(fn, 1, "answers", "reward")
 
 
-def check_reward(reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None,
-                 **kw) -> None:  # fmt: skip
+def check_reward(
+    reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None, **kw
+) -> None:
     """`reward(completions, answers, **kw) -> list[float]`: one finite float per completion, the same on a
     second call, and [] for no completions. `kw` is what the run passes (`grader=`), if it needs it."""
     from pods.reward import REWARDS
@@ -111,8 +112,13 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
     fn = _fn(REWARDS, reward)
     check_reward_signature(fn)
     completions = completions or [
-        "<think>7 + 5</think>\n<answer>12</answer>", "<answer>13</answer>", "12", "", "\\boxed{12}", "x" * 5000,
-    ]  # fmt: skip
+        "<think>7 + 5</think>\n<answer>12</answer>",
+        "<answer>13</answer>",
+        "12",
+        "",
+        "\\boxed{12}",
+        "x" * 5000,
+    ]
     answers = answers or ["12"] * len(completions)
     out = [list(fn(completions, answers, **kw)) for _ in range(2)]
     assert len(out[0]) == len(completions), f"reward: {len(out[0])} values for {len(completions)} completions"
@@ -122,19 +128,22 @@ def check_reward(reward: str | Callable, completions: list[str] | None = None, a
     assert list(fn([], [], **kw)) == [], "reward: no completions must give []"
 
 
-def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4,
-                    epochs: int = 3) -> None:  # fmt: skip
-    """A prefilter built as `cls(settings, seed)` (settings: given, else its registry entry's dataclass at its
-    defaults, as a run builds it): keep() gives one bool per prompt, observe/end_step/metrics run in the loop's
-    order over a few epochs, metrics are numbers named `prefilter/...`, and a filter loaded from another's
-    state_dict() (built with another seed) makes the same decisions from there on."""
+def check_prefilter(
+    prefilter: str | type, settings=None, seed: int = 0, prompts: int = 40, n: int = 4, epochs: int = 3
+) -> None:
+    """A prefilter built as a run builds it, `cls(seed=..., **knobs)` (settings: given, else its registry
+    entry's dataclass at its defaults; pods.prefilter.registry.construct): keep() gives one bool per prompt,
+    observe/end_step/metrics run in the loop's order over a few epochs, metrics are numbers named
+    `prefilter/...`, and a filter loaded from another's state_dict() (built with another seed) makes the same
+    decisions from there on."""
     from pods.prefilter import PREFILTERS
+    from pods.prefilter.registry import construct
 
     cls = _fn(PREFILTERS, prefilter)
     settings = settings if settings is not None else _default_settings(PREFILTERS, prefilter)
     ids = list(range(prompts))
     g = torch.Generator().manual_seed(seed)
-    a = cls(settings, seed)
+    a = construct(cls, settings, seed)
     for epoch in range(epochs):
         kept = a.keep(ids, epoch)
         assert len(kept) == len(ids), f"prefilter: keep() gave {len(kept)} decisions for {len(ids)} prompts"
@@ -149,22 +158,23 @@ def check_prefilter(prefilter: str | type, settings=None, seed: int = 0, prompts
         for k, v in metrics.items():
             assert k.startswith("prefilter/"), f"prefilter: metric {k!r} is not named prefilter/..."
             assert isinstance(v, (int, float)) and math.isfinite(v), f"prefilter: metric {k}={v!r}"
-    b = cls(settings, seed + 1)
+    b = construct(cls, settings, seed + 1)
     b.load_state_dict(a.state_dict())
     assert a.keep(ids, epochs) == b.keep(ids, epochs), "prefilter: a state round trip decides differently"
 
 
 def check_backend(backend: str | type, settings, model, tokenizer, device="cpu", n: int = 3) -> None:
-    """A rollout backend: `generate`'s signature is the Generator protocol's; from_config builds a
+    """A rollout backend: `generate`'s signature is the Generator protocol's; from_config, called as a run
+    calls it (its knobs from `settings.rollout.own()` as keywords: pods.rollout.backend.build), builds a
     Generator; generate() gives a Rollouts of P * n group-major rows (prompt block left-padded, completion
     mask within the attention mask, texts and prompt ids kept); greedy decoding and seeded sampling repeat;
     a small batch_size gives the same greedy completions; sync_weights(model) runs."""
     from pods.rollout import BACKENDS, Generator
-    from pods.rollout.backend import check_generate_signature
+    from pods.rollout.backend import build, check_generate_signature
 
     cls = _fn(BACKENDS, backend)
     check_generate_signature(cls)
-    gen = cls.from_config(settings, model, tokenizer, torch.device(device))
+    gen = build(cls, settings, model, tokenizer, torch.device(device))
     assert isinstance(gen, Generator), f"backend: {type(gen).__name__} lacks part of the Generator protocol"
     prompts, pids = ["12 + 7 =\n", "3 - 45 + 8 =\n"], [5, 9]
 

@@ -107,9 +107,15 @@ class Progress:
     """
 
     def __init__(
-        self, max_steps: int, max_train_time: float, clock: float, step: int, name: str, disable: bool = False,
+        self,
+        max_steps: int,
+        max_train_time: float,
+        clock: float,
+        step: int,
+        name: str,
+        disable: bool = False,
         file=None,
-    ):  # fmt: skip
+    ):
         from tqdm.auto import tqdm
 
         file = sys.stderr if file is None else file

@@ -99,7 +99,7 @@ def preflight(cfg) -> TrainConfig:
 
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
-    backend = backend_class(c.rollout.backend)
+    backend = backend_class(c.rollout.name)
     check_task_config(c.dataset)
     device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
     check_run_dir(c.run_dir, c.resume)

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from pods import history, runlock
 from pods.checkpoint import RngStreams
 from pods.collect import Stages, collect
-from pods.config import TrainConfig, add_special_tokens, as_container
+from pods.config import TrainConfig, as_container
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import Evaluator
@@ -48,11 +48,11 @@ from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.dynamic_sampling import DynamicSampling
 from pods.rollout.stage import RolloutStage, completion_metrics
 from pods.selector.stage import SelectorStage
+from pods.spelling import current_config
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
 from pods.update import kept_advantages
-from pods.update.optim import build_optimizer
 from pods.update.stage import UpdateStage
 
 log = logging.getLogger("pods")
@@ -108,11 +108,8 @@ class Trainer:
         self.backend = build_generator(
             RolloutSettings.from_config(c), self.model, self.tok, self.device, self.timer
         )
-        total = c.max_steps * c.algo.mu  # one scheduler step per optimizer step
-        optimizer, self.scheduler = build_optimizer(self.model, c.optim, total, self.device)
-        train_model, self.optimizer = self.dist.prepare(self.model, optimizer)  # DDP wrapper or itself
-        self.update = UpdateStage(train_model, self.optimizer, self.scheduler, c.algo, c.update, c.optim, self.device,
-                                  self.dist, self.ref)  # fmt: skip
+        self.update = UpdateStage.build(c, self.model, self.ref, self.device, self.dist)
+        self.optimizer, self.scheduler = self.update.optimizer, self.update.scheduler  # what checkpoints hold
         self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
         self.prefilter = build_prefilter(c.prefilter, c.seed)
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
@@ -121,14 +118,11 @@ class Trainer:
         train, dist, n = self.train_set, self.dist, c.selector.n
         self.stages = Stages(  # each built once, from its own groups
             prefilter=PrefilterStage(self.prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
-            rollout=RolloutStage(
-                self.backend, c.sampling, n, add_special_tokens(c.model), train.prompts, dist, self.timer
-            ),
+            rollout=RolloutStage.build(c, self.backend, train.prompts, dist, self.timer),
             reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
             refill=DynamicSampling(c.dynamic_sampling, dist),
         )
-        self.evaluator = Evaluator(self.backend, self.reward_fn, self.eval_set, c.eval, c.sampling,
-                                   add_special_tokens(c.model), dist, c.logger.log_completions)  # fmt: skip
+        self.evaluator = Evaluator.build(c, self.backend, self.reward_fn, self.eval_set, dist)
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
         self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
@@ -140,10 +134,14 @@ class Trainer:
         )
         resume_step = self._resume(plan) if c.resume else None
         self.resumed_from = resume_step if plan else None  # the checkpoint's step, None: a fresh start
+        changes = {k: list(v) for k, v in changed.items()}
         self.history_event(
-            "resume" if plan else "start", step=self.step, world_size=self.dist.world,
-            changed={k: list(v) for k, v in changed.items()}, command=history.command(),
-        )  # fmt: skip
+            "resume" if plan else "start",
+            step=self.step,
+            world_size=self.dist.world,
+            changed=changes,
+            command=history.command(),
+        )
         self.logger = (
             MetricsLogger(c.logger, self.run_dir, self.run_info, asdict(c)) if self.dist.is_main else None
         )
@@ -164,10 +162,8 @@ class Trainer:
         c = self.settings
         if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
             self.evaluate()
-        bar = Progress(
-            c.max_steps, c.max_train_time, self.timer.train_clock, self.step, self.run_info["name"],
-            not self.dist.is_main,
-        )  # fmt: skip
+        name, clock = self.run_info["name"], self.timer.train_clock
+        bar = Progress(c.max_steps, c.max_train_time, clock, self.step, name, not self.dist.is_main)
         frozen = False
         try:
             while not self.done():
@@ -332,7 +328,7 @@ class Trainer:
         if saved is None:
             log.warning("checkpoint %s holds no config and there is no config.yaml: not compared", where)
             return {}
-        changed = history.check_same_experiment(saved, as_container(self.settings), where)
+        changed = history.check_same_experiment(current_config(saved), as_container(self.settings), where)
         for key, (old, new) in changed.items():
             log.info("resume: %s changed from %s to %s (history.jsonl)", key, old, new)
         return changed

@@ -153,12 +153,35 @@ def test_a_selector_that_breaks_its_contract_is_refused_before_the_model_loads(m
             ["selector.test_top.k=2"],
             "selector.test_top: settings of selector 'test_top', which is not chosen",
         ),
+        (
+            ["rollout.name=hf", "rollout.vllm.gpu_memory_utilization=0.5"],
+            "rollout.vllm: settings of rollout backend 'vllm', which is not chosen (rollout.name='hf')",
+        ),
+        (
+            ["hardware=gpu_lora", "rollout=vllm", "rollout.name=hf"],  # the profile's vllm share, hf chosen
+            "rollout.vllm: settings of rollout backend 'vllm', which is not chosen (rollout.name='hf')",
+        ),
     ],
 )
 def test_settings_of_a_component_that_is_not_chosen_are_refused(make_cfg, with_top, overrides, message):
     with pytest.raises(ConfigError) as e:
         checked(make_cfg(*overrides))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, share",
+    [
+        (["hardware=gpu_lora", "rollout=vllm"], 0.5),  # conf/hardware_rollout/gpu_lora_vllm.yaml
+        (["experiment=gsm8k_main", "rollout=vllm"], 0.5),  # the profile chosen by an experiment
+        (["hardware=gpu", "rollout=vllm"], 0.35),  # no file for this pair: the backend's default
+        (["hardware=gpu_lora"], None),  # hf runs: no vllm section at all
+    ],
+)
+def test_a_hardware_profile_sets_only_the_chosen_backends_knobs(make_cfg, overrides, share):
+    c = checked(make_cfg(*overrides))
+    assert set(c.rollout.sections) == {c.rollout.name}
+    assert (c.rollout.own().gpu_memory_utilization if c.rollout.name == "vllm" else None) == share
 
 
 def test_keeping_all_is_a_trait_of_the_registry_entry_not_a_name(make_cfg):

@@ -36,7 +36,8 @@ def run(gen, **kw):
 
     show = kw.pop("show", 0)
     e = dataclasses.replace(EvalConfig(), **kw)
-    return evaluate(gen, exact, PROMPTS, GOLDS, e, SamplingConfig(temperature=0.9), False, DIST, show)
+    data = SimpleNamespace(prompts=PROMPTS, answers=GOLDS, fields=None)  # a PromptSet's lists
+    return evaluate(gen, exact, data, e, SamplingConfig(temperature=0.9), False, DIST, show)
 
 
 def exact(texts, golds, prompts=None, rows=None):  # the Reward's call: prompts and rows too

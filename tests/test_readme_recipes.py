@@ -56,7 +56,7 @@ def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
     run = tmp_path / "run"
     cfg = OmegaConf.load(run / "config.yaml")
     assert sorted(cfg.plugins) == sorted(Path(f).stem for f in files)
-    assert (cfg.selector.name, cfg.prefilter.name, cfg.rollout.backend) == (
+    assert (cfg.selector.name, cfg.prefilter.name, cfg.rollout.name) == (
         "min_reward",
         "even_only",
         "my_engine",

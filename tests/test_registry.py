@@ -70,8 +70,8 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(make_cfg):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["rollout.backend=sglang"], "rollout.backend='sglang' is not valid; allowed values: hf, vllm"),
-        (["hardware.distributed=fsdp", "rollout=vllm"], "fsdp does not support rollout.backend=vllm yet"),
+        (["rollout.name=sglang"], "rollout.name='sglang' is not valid; allowed values: hf, vllm"),
+        (["hardware.distributed=fsdp", "rollout=vllm"], "fsdp does not support rollout.name=vllm yet"),
     ],
 )
 def test_the_backend_is_checked_in_preflight_before_anything_loads(make_cfg, monkeypatch, overrides, message):

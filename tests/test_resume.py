@@ -99,6 +99,21 @@ def test_an_old_layout_checkpoint_resumes_to_the_same_steps_and_weights(make_cfg
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_a_run_saved_with_rollout_backend_resumes(make_cfg, two_steps, tmp_path):
+    """A checkpoint (and config.yaml) written before rollout.backend became rollout.name: the resume reads the
+    old key as the new one (pods.spelling.current_config) instead of refusing a changed experiment."""
+    d = tmp_path / "run"
+    shutil.copytree(two_steps, d)
+    meta_path = ckpt.latest_checkpoint(d / "checkpoints") / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    rollout = meta["config"]["rollout"]
+    meta["config"]["rollout"] = {"backend": rollout.pop("name"), **rollout}
+    meta_path.write_text(json.dumps(meta))
+    assert "backend" in json.loads(meta_path.read_text())["config"]["rollout"]
+    run(make_cfg(*COMMON, "max_steps=3", "resume=true", run_dir=d))
+    assert [r["step"] for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3]
+
+
 def test_a_checkpoint_of_an_unknown_layout_is_refused_in_one_line(two_steps, tmp_path):
     d = tmp_path / "run"
     shutil.copytree(two_steps, d)

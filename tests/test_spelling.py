@@ -66,6 +66,7 @@ def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
         ("hardware.update_sdpa=flash", "write update.sdpa"),
         ("rollout.temperature=1.0", "write sampling.temperature"),
         ("rollout.compile=false", "write rollout.hf.compile"),
+        ("rollout.backend=vllm", "write rollout.name"),
     ],
 )
 def test_hint_names_the_new_spelling(arg, expect):
@@ -98,6 +99,31 @@ def test_a_retired_key_in_an_open_groups_yaml_gets_the_same_line(make_cfg):
 
     with pytest.raises(ConfigError, match=r"^rollout.compile is retired; write rollout.hf.compile$"):
         checked(make_cfg("rollout.compile=false"))
+
+
+def test_rollout_backend_in_a_yaml_names_rollout_name(make_cfg):
+    """A rollout option file of one's own written the old way (`backend: my_engine`): one line naming the key."""
+    from pods.components import checked
+    from pods.config import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"^rollout.backend is retired; write rollout.name \(or rollout=NAME\)$"
+    ):
+        checked(make_cfg("+rollout.backend=hf"))
+
+
+def test_a_config_saved_with_rollout_backend_reads_as_rollout_name():
+    """What a checkpoint or config.yaml of an older pods holds, in today's keys; today's configs pass as they are."""
+    from pods.spelling import current_config
+
+    old = {"seed": 0, "rollout": {"backend": "vllm", "batch_size": 1024, "vllm": {"sleep_mode": True}}}
+    assert current_config(old) == {
+        "seed": 0,
+        "rollout": {"name": "vllm", "batch_size": 1024, "vllm": {"sleep_mode": True}},
+    }
+    assert old["rollout"]["backend"] == "vllm"  # the saved one is not changed
+    today = {"seed": 0, "rollout": {"name": "hf", "batch_size": 256}}
+    assert current_config(today) is today
 
 
 def test_a_retired_key_in_a_users_yaml_gets_the_same_line_from_the_cli(tmp_path):

@@ -3,12 +3,14 @@ each check catches the break it names (the bug class of a backend without `batch
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pods.components import checked
 from pods.config import ConfigError, settings
 from pods.prefilter import NoFilter
 from pods.prefilter.greso import GresoConfig
@@ -61,7 +63,7 @@ def test_the_shipped_prefilters_conform(name, settings_):
 
 def test_check_prefilter_catches_state_that_does_not_round_trip():
     class Forgetful(NoFilter):
-        def __init__(self, cfg=None, seed=0):
+        def __init__(self, seed=0):
             self.rng = torch.Generator().manual_seed(seed)
 
         def keep(self, prompt_ids, epoch):
@@ -111,7 +113,7 @@ def test_a_generate_signature_off_the_protocol_is_named(cls, message):
 def test_preflight_refuses_a_backend_whose_generate_misses_an_argument(make_cfg):
     register_backend("test_no_batch_size")(NoBatchSize)
     try:
-        s = RolloutSettings.from_config(settings(make_cfg("rollout.backend=test_no_batch_size")))
+        s = RolloutSettings.from_config(settings(make_cfg("rollout.name=test_no_batch_size")))
         with pytest.raises(ConfigError, match="test_no_batch_size.*does not take 'batch_size'"):
             check_backend(s)
     finally:
@@ -128,16 +130,90 @@ def test_check_prefilter_builds_a_prefilter_with_its_real_settings():
         k: int = 3
 
     class KeepEveryKth(NoFilter):
-        def __init__(self, cfg, seed=0):
-            self.k = cfg.k  # None here crashed the check before it built filters with their settings
+        def __init__(self, seed=0, k=None):
+            self.k = k  # None here crashed the check before it built filters with their settings
 
         def keep(self, prompt_ids, epoch):
             return [p % self.k == 0 for p in prompt_ids]
 
     register_prefilter("test_every_kth", settings=EveryKth)(KeepEveryKth)
     try:
-        check_prefilter("test_every_kth")
-        check_prefilter(KeepEveryKth)  # the class itself: its registry entry's settings
-        check_prefilter(KeepEveryKth, EveryKth(k=5))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the one rule: built without a warning
+            check_prefilter("test_every_kth")
+            check_prefilter(KeepEveryKth)  # the class itself: its registry entry's settings
+            check_prefilter(KeepEveryKth, EveryKth(k=5))
     finally:
         del PREFILTERS["test_every_kth"], PREFILTERS.settings["test_every_kth"]
+
+
+def test_a_prefilter_written_for_cls_settings_seed_still_builds_with_a_warning(make_cfg):
+    """The earlier contract, `cls(settings, seed)`: built that way, saying what to change, in a run too."""
+    from dataclasses import dataclass
+
+    from pods.prefilter import PREFILTERS, build_prefilter, register_prefilter
+    from pods.registry import ContractDeprecationWarning
+
+    @dataclass
+    class EveryKth:
+        k: int = 3
+
+    class OldKeepEveryKth(NoFilter):
+        def __init__(self, settings, seed):
+            self.k, self.seed = settings.k, seed
+
+        def keep(self, prompt_ids, epoch):
+            return [p % self.k == 0 for p in prompt_ids]
+
+    register_prefilter("test_old_kth", settings=EveryKth)(OldKeepEveryKth)
+    try:
+        with pytest.warns(ContractDeprecationWarning, match=r"OldKeepEveryKth takes \(settings, seed\)"):
+            check_prefilter("test_old_kth", EveryKth(k=5))
+        with pytest.warns(ContractDeprecationWarning):  # preflight's conformance check builds it too
+            c = checked(make_cfg("prefilter.name=test_old_kth", "prefilter.test_old_kth.k=4", "seed=7"))
+        with pytest.warns(ContractDeprecationWarning):
+            f = build_prefilter(c.prefilter, c.seed)
+        assert (f.k, f.seed) == (4, 7) and f.keep([3, 4, 8], 0) == [False, True, True]
+    finally:
+        del PREFILTERS["test_old_kth"], PREFILTERS.settings["test_old_kth"]
+
+
+def test_a_backend_gets_its_knobs_as_keywords_and_an_earlier_one_still_builds(make_cfg):
+    """from_config(settings, model, tokenizer, device, timer, **knobs); one without the keywords (it read
+    settings.rollout.own()) is called the earlier way, with a warning."""
+    from dataclasses import dataclass
+
+    from pods.registry import ContractDeprecationWarning
+    from pods.rollout.backend import build
+
+    @dataclass
+    class Knobs:
+        width: int = 2
+
+    class Recorder(HFGenerator):  # HF's generate: the signature preflight checks
+        @classmethod
+        def from_config(cls, settings, model, tokenizer, device, timer=None, **knobs):
+            return knobs
+
+    class Earlier(HFGenerator):
+        @classmethod
+        def from_config(cls, settings, model, tokenizer, device, timer=None):
+            return settings.rollout.own()
+
+    for name, cls in (("test_recorder", Recorder), ("test_earlier", Earlier)):
+        register_backend(name, settings=Knobs)(cls)
+    try:
+        s = RolloutSettings.from_config(
+            checked(make_cfg("rollout.name=test_recorder", "rollout.test_recorder.width=5"))
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert build(Recorder, s, None, None, "cpu") == {"width": 5}
+        s = RolloutSettings.from_config(
+            checked(make_cfg("rollout.name=test_earlier", "rollout.test_earlier.width=5"))
+        )
+        with pytest.warns(ContractDeprecationWarning, match="Earlier.from_config takes no width"):
+            assert build(Earlier, s, None, None, "cpu") == Knobs(width=5)
+    finally:
+        for name in ("test_recorder", "test_earlier"):
+            del BACKENDS[name], BACKENDS.settings[name]

@@ -85,8 +85,8 @@ class GresoConfig:
 
 @register_prefilter("greso", settings=GresoConfig)
 class GresoFilter:
-    def __init__(self, cfg: GresoConfig | None = None, seed: int = 0):
-        self.cfg = cfg = cfg if cfg is not None else GresoConfig()
+    def __init__(self, seed: int = 0, **knobs):
+        self.cfg = cfg = GresoConfig(**knobs)  # prefilter.greso.*, as keywords (pods/registry.py)
         self.p = {EASY: cfg.p_init, HARD: cfg.p_init}
         self.history: dict[int, list[int]] = {}  # prompt id -> outcome per epoch it was seen in
         self.rng = np.random.default_rng([seed, 7919])

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Protocol
 
 import torch
 
-from pods.registry import Registry
+from pods.registry import ContractDeprecationWarning, Registry, knobs
 
 
 class Prefilter(Protocol):
     """Decides, before generating, which sampled prompts get rollouts; learns from the correctness it sees.
 
-    Built as `cls(settings, seed)` (settings: the dataclass its registry entry declares, from
-    `prefilter.<name>.*`, or None). Same calls on every rank.
+    Built as `cls(seed=..., **knobs)`: its own settings (the fields of the dataclass its registry entry
+    declares, from `prefilter.<name>.*`) as keyword arguments, as every component gets them (pods/registry.py).
+    Same calls on every rank.
     """
 
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]: ...
@@ -41,16 +44,38 @@ def register_prefilter(name: str, settings: type | None = None):
 
 
 def build_prefilter(group, seed: int) -> Prefilter:
-    """The filter `group.name` (pods.config.PrefilterConfig), built with its own settings (None if its
-    registry entry declares none)."""
-    return PREFILTERS.get_or_raise(group.name, "prefilter.name")(group.own(), seed)
+    """The filter `group.name` (pods.config.PrefilterConfig), built with its own settings."""
+    return construct(PREFILTERS.get_or_raise(group.name, "prefilter.name"), group.own(), seed)
+
+
+def construct(cls: type, settings, seed: int) -> Prefilter:
+    """`cls(seed=seed, **knobs)`; a class written for the earlier `cls(settings, seed)` is built that way, with
+    a warning saying what to change."""
+    if not _earlier_contract(cls, knobs(settings)):
+        return cls(seed=seed, **knobs(settings))
+    warnings.warn(
+        f"prefilter {cls.__name__} takes (settings, seed), the earlier contract; take (seed=0, **knobs) "
+        "instead: its settings' fields as keywords (docs/extending.md)",
+        ContractDeprecationWarning,
+        stacklevel=2,
+    )
+    return cls(settings, seed)
+
+
+def _earlier_contract(cls: type, own: dict) -> bool:
+    """Whether `cls.__init__` takes a settings object first: a positional parameter that is neither `seed`
+    nor one of its knobs."""
+    params = list(inspect.signature(cls).parameters.values())
+    first = params[0] if params else None
+    positional = first is not None and first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
+    return positional and first.name != "seed" and first.name not in own
 
 
 @register_prefilter("none")
 class NoFilter:
     """Keep every prompt (GRPO, PODS, dynamic sampling alone)."""
 
-    def __init__(self, cfg=None, seed: int = 0):
+    def __init__(self, seed: int = 0, **knobs):
         pass
 
     def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]:

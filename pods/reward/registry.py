@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pods.registry import Registry
 from pods.reward.grading import Grader
@@ -32,6 +32,7 @@ class RewardOutput:
     n_errors: int = 0  # completions whose grading raised or crashed the worker (scored 0)
 
 
+@dataclass(eq=False)  # compared by identity, as before
 class Reward:
     """Weighted sum of registered reward functions, sharing one Grader.
 
@@ -41,11 +42,11 @@ class Reward:
     and each of the rows' fields as a column (a list, one value per completion), all of them if it takes
     `**kw`, else those it names (a function written for `fn(completions, answers, grader)` still works)."""
 
-    def __init__(self, name: str, weights: dict[str, float], grader: Grader, settings: dict | None = None,
-                 correctness: str = "accuracy"):  # fmt: skip
-        self.name, self.weights, self.grader = name, weights, grader
-        self.settings = settings or {}  # reward name -> its own settings (a dataclass), passed as keywords
-        self.correctness = correctness  # the term whose 1.0 means correct (reward.correctness)
+    name: str
+    weights: dict[str, float]
+    grader: Grader
+    settings: dict = field(default_factory=dict)  # reward name -> its own settings (a dataclass), as keywords
+    correctness: str = "accuracy"  # the term whose 1.0 means correct (reward.correctness)
 
     def __call__(
         self,

@@ -20,13 +20,14 @@ def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
 
-def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, prompts: list[str],
-          answers: list[str], fields: list[dict] | None):  # fmt: skip
+def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data):
     """The one place a reward's inputs are put together, for training and eval alike: `texts`, group_size
     completions of each of `prompt_ids` (group-major), graded against their gold answers, with their prompts
-    and their dataset rows' fields (`prompts`, `answers`, `fields`: the prompt set's, by prompt id)."""
+    and their dataset rows' fields (`data`: the prompt set, pods.data.PromptSet: its `prompts`, `answers` and
+    `fields`, by prompt id; fields may be None)."""
     per = lambda xs: [xs[p] for p in prompt_ids for _ in range(group_size)]  # noqa: E731 - one per completion
-    return reward(texts, per(answers), prompts=per(prompts), rows=per(fields) if fields is not None else None)
+    rows = per(data.fields) if data.fields is not None else None
+    return reward(texts, per(data.answers), prompts=per(data.prompts), rows=rows)
 
 
 class RewardStage:
@@ -50,9 +51,7 @@ class RewardStage:
         """Grade `r` (this rank's groups): sets r.rewards and r.correct; returns the gathered (P_round, n)
         rewards and correctness of the whole round."""
         with self.timer.phase("reward"):
-            out = grade(
-                self.reward, r.texts, r.prompt_ids, r.group_size, self.prompts, self.answers, self.fields
-            )
+            out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self)  # self: the train set's
             total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
             r.rewards = total.view(r.num_groups, r.group_size)
             r.correct = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)

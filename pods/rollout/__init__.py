@@ -1,7 +1,7 @@
 """Rollout: generate n completions per prompt.
 
 Backends register with `@register_backend("name")` (pods/rollout/backend.py) and are found by
-`rollout.backend`; every module of this package is imported here, so a new backend file registers itself.
+`rollout.name`; every module of this package is imported here, so a new backend file registers itself.
 Shipped: hf (transformers generate, hf.py) and vllm (a colocated engine, vllm.py).
 """
 

@@ -1,9 +1,10 @@
 """The rollout stage's extension point: the `Generator` interface and the backend registry.
 
-A backend is a class registered with `@register_backend("name")`; `rollout.backend=name` then builds it
-through `from_config(settings, model, tokenizer, device, timer)`. `settings` is a `RolloutSettings`: the
-rollout group (the backend's own knobs in its section, `rollout.<name>.*`) and the model and hardware groups
-generation depends on, typed (pods/config.py), not the whole config; how to sample comes with each
+A backend is a class registered with `@register_backend("name")`; `rollout.name=name` then builds it
+through `from_config(settings, model, tokenizer, device, timer, **knobs)`: its own knobs (`rollout.<name>.*`,
+the fields of its settings dataclass) as keywords, as every component gets them (pods/registry.py). `settings`
+is a `RolloutSettings`: the rollout group and the model and hardware groups generation depends on, typed
+(pods/config.py), not the whole config; how to sample comes with each
 generate() call (the sampling section, or eval's temperature). Its class-level hooks (defaults in `Backend`) tell the rest of pods what differs about it,
 so no other module asks which backend is configured:
 
@@ -16,13 +17,14 @@ so no other module asks which backend is configured:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pods.batch import Rollouts
 from pods.config import HardwareConfig, ModelConfig, RolloutConfig, TrainConfig
 from pods.errors import ConfigError
-from pods.registry import Registry
+from pods.registry import ContractDeprecationWarning, Registry, knobs, takes_keywords
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def check_generate_signature(cls: type, name: str | None = None) -> None:
 
     want = list(inspect.signature(Generator.generate).parameters.values())[1:]  # without self
     fn = getattr(cls, "generate", None)
-    where = f"rollout.backend={name!r}: {cls.__name__}.generate" if name else f"{cls.__name__}.generate"
+    where = f"rollout.name={name!r}: {cls.__name__}.generate" if name else f"{cls.__name__}.generate"
     if fn is None:
         raise TypeError(f"{where} is missing (see pods.rollout.backend.Generator)")
     have = list(inspect.signature(fn).parameters.values())[1:]
@@ -113,7 +115,9 @@ class Backend:
     supports_fsdp: ClassVar[bool] = True
 
     @classmethod
-    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
+    def from_config(
+        cls, settings: RolloutSettings, model, tokenizer, device, timer=None, **knobs
+    ) -> Generator:
         raise NotImplementedError(f"{cls.__name__}.from_config")
 
     @staticmethod
@@ -137,22 +141,22 @@ BACKENDS: Registry[type[Backend]] = Registry("rollout backend")
 
 
 def register_backend(name: str, settings: type | None = None):
-    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.backend=sglang` build it.
-    `settings`: a dataclass of the backend's own knobs, set as `rollout.<name>.<knob>` and read in its hooks
-    as `settings.rollout.own()`."""
+    """Decorator: `@register_backend("sglang")` on a Backend subclass makes `rollout.name=sglang` build it.
+    `settings`: a dataclass of the backend's own knobs, set as `rollout.<name>.<knob>`: from_config gets them
+    as keywords, the class-level hooks (run on the config alone) read them as `settings.rollout.own()`."""
     return BACKENDS.register(name, settings)
 
 
 def backend_class(name: str) -> type[Backend]:
-    """The class registered under `name` (rollout.backend; KeyError listing the registered names otherwise)."""
-    return BACKENDS.get_or_raise(name, "rollout.backend")
+    """The class registered under `name` (rollout.name; KeyError listing the registered names otherwise)."""
+    return BACKENDS.get_or_raise(name, "rollout.name")
 
 
 def check_backend(settings: RolloutSettings) -> type[Backend]:
     """The config checks that depend on the backend (run by pods.components.resolve, which has checked that
-    rollout.backend is registered): its generate() takes what the loop and eval pass (the Generator
+    rollout.name is registered): its generate() takes what the loop and eval pass (the Generator
     protocol), it supports the hardware profile, and its own checks (Backend.check)."""
-    name = settings.rollout.backend
+    name = settings.rollout.name
     cls = backend_class(name)
     try:
         check_generate_signature(cls, name)
@@ -160,16 +164,31 @@ def check_backend(settings: RolloutSettings) -> type[Backend]:
         raise ConfigError(str(e)) from None
     if settings.hardware.distributed == "fsdp" and not cls.supports_fsdp:
         raise ConfigError(
-            f"hardware.distributed=fsdp does not support rollout.backend={name} yet; use hardware.distributed=ddp"
+            f"hardware.distributed=fsdp does not support rollout.name={name} yet; use hardware.distributed=ddp"
         )
     cls.check(settings)
     return cls
 
 
+def build(cls: type[Backend], settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
+    """`cls.from_config(settings, model, tokenizer, device, timer, **knobs)`; a from_config written for the
+    earlier contract (no keywords: it read `settings.rollout.own()`) is called that way, with a warning."""
+    own = knobs(settings.rollout.own())
+    if takes_keywords(cls.from_config, own):
+        return cls.from_config(settings, model, tokenizer, device, timer, **own)
+    warnings.warn(
+        f"rollout backend {cls.__name__}.from_config takes no {', '.join(own)}, the earlier contract; add "
+        "**knobs: its settings' fields come as keywords (docs/extending.md)",
+        ContractDeprecationWarning,
+        stacklevel=2,
+    )
+    return cls.from_config(settings, model, tokenizer, device, timer)
+
+
 def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
-    """Build the backend named by rollout.backend and check that it has the Generator interface."""
-    name = settings.rollout.backend
-    gen = backend_class(name).from_config(settings, model, tokenizer, device, timer)
+    """Build the backend named by rollout.name and check that it has the Generator interface."""
+    name = settings.rollout.name
+    gen = build(backend_class(name), settings, model, tokenizer, device, timer)
     if not isinstance(gen, Generator):
         missing = [
             k
@@ -177,7 +196,7 @@ def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=N
             if not hasattr(gen, k)
         ]
         raise TypeError(
-            f"rollout.backend={name!r} built a {type(gen).__name__} without {', '.join(missing)} "
+            f"rollout.name={name!r} built a {type(gen).__name__} without {', '.join(missing)} "
             "(see pods.rollout.backend.Generator)"
         )
     return gen

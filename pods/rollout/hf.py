@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -139,17 +139,26 @@ def use_compiled(settings: RolloutSettings, device) -> bool:
 @register_backend("hf", settings=HFSettings)
 class HFGenerator(Backend):
     @classmethod
-    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> HFGenerator:
+    def from_config(
+        cls, settings: RolloutSettings, model, tokenizer, device, timer=None, **knobs
+    ) -> HFGenerator:
         from pods.models import resolve_dtype
 
-        r, m, hf = settings.rollout, settings.model, hf_settings(settings)
+        m, own = settings.model, asdict(HFSettings(**knobs))  # rollout.hf.*: the defaults if none
+        own.pop("compile")  # decided with the device: use_compiled
+        compiled, dtype = use_compiled(settings, device), resolve_dtype(m, settings.hardware, device)
         return cls(
-            model, tokenizer, device, r.batch_size, m.max_completion_len,
-            compiled=use_compiled(settings, device), dtype=resolve_dtype(m, settings.hardware, device),
-            prompt_bucket=hf.prompt_bucket, max_prompt_len=m.max_prompt_len, timer=timer,
-            share_weights=hf.share_weights, size_cache_to_prompt=hf.size_cache_to_prompt, loop=hf.loop,
-            release_cache=hf.release_cache, fuse_projections=hf.fuse_projections, share_prefill=hf.share_prefill,
-        )  # fmt: skip
+            model,
+            tokenizer,
+            device,
+            settings.rollout.batch_size,
+            m.max_completion_len,
+            compiled=compiled,
+            dtype=dtype,
+            max_prompt_len=m.max_prompt_len,
+            timer=timer,
+            **own,
+        )
 
     @staticmethod
     def check(settings: RolloutSettings) -> None:

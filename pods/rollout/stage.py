@@ -7,26 +7,32 @@ step's rollout/rollouts and rollout/tokens. `completion_metrics` is completions/
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from pods.batch import Rollouts
-from pods.config import SamplingConfig
+from pods.config import SamplingConfig, TrainConfig, add_special_tokens
 
 
+@dataclass
 class RolloutStage:
-    """`backend`: the rollout backend (pods/rollout/backend.py, Generator); `prompts`: the train set's, by
-    prompt id; `n` rollouts per prompt (selector.n); `add_special_tokens`: pods.config's rule."""
+    backend: Any  # the rollout backend (pods/rollout/backend.py, Generator)
+    sampling: SamplingConfig
+    n: int  # rollouts per prompt (selector.n)
+    add_special_tokens: bool  # pods.config's rule for the model's prompts
+    prompts: list[str]  # the train set's, by prompt id
+    dist: Any
+    timer: Any
 
-    def __init__(self, backend, sampling: SamplingConfig, n: int, add_special_tokens: bool, prompts: list[str],
-                 dist, timer):  # fmt: skip
-        self.backend, self.sampling, self.n = backend, sampling, n
-        self.add_special_tokens, self.prompts, self.dist, self.timer = (
-            add_special_tokens,
-            prompts,
-            dist,
-            timer,
-        )
+    def __post_init__(self) -> None:
         self.start_step()
+
+    @classmethod
+    def build(cls, c: TrainConfig, backend, prompts: list[str], dist, timer) -> RolloutStage:
+        """From its groups: sampling, selector.n and the model's prompt rule."""
+        return cls(backend, c.sampling, c.selector.n, add_special_tokens(c.model), prompts, dist, timer)
 
     def start_step(self) -> None:
         self.rollouts = self.tokens = 0

@@ -311,8 +311,11 @@ class VLLMGenerator(Backend):
     supports_fsdp = False  # the engine would need the gathered weights pushed each step; not built yet
 
     @classmethod
-    def from_config(cls, settings: RolloutSettings, model, tokenizer, device, timer=None) -> VLLMGenerator:
-        return cls(settings, model, tokenizer, device)
+    def from_config(
+        cls, settings: RolloutSettings, model, tokenizer, device, timer=None, **knobs
+    ) -> VLLMGenerator:
+        own = VLLMSettings(**knobs)  # rollout.vllm.*: the defaults if none
+        return cls(settings, model, tokenizer, device, sleep=own.sleep_mode)
 
     @staticmethod
     def preflight(settings: RolloutSettings) -> None:

@@ -4,21 +4,39 @@ batch. pods/update/step.py holds the update itself."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pods.batch import Rollouts
-from pods.config import AlgoConfig, OptimConfig, UpdateConfig
+from pods.config import AlgoConfig, OptimConfig, TrainConfig, UpdateConfig
+from pods.update.optim import build_optimizer
 from pods.update.step import policy_update
 
 
+@dataclass
 class UpdateStage:
-    def __init__(self, model, optimizer, scheduler, algo: AlgoConfig, layout: UpdateConfig, optim: OptimConfig,
-                 device, dist, ref_model=None):  # fmt: skip
-        self.model, self.optimizer, self.scheduler, self.ref_model = model, optimizer, scheduler, ref_model
-        self.algo, self.layout, self.optim, self.device, self.dist = algo, layout, optim, device, dist
+    model: Any  # the policy as the update runs it: its DDP wrapper, or itself
+    optimizer: Any
+    scheduler: Any
+    algo: AlgoConfig
+    layout: UpdateConfig
+    optim: OptimConfig
+    device: Any
+    dist: Any
+    ref_model: Any = None
+
+    @classmethod
+    def build(cls, c: TrainConfig, model, ref_model, device, dist) -> UpdateStage:
+        """From its groups (algo, update, optim): AdamW and its schedule over max_steps x algo.mu optimizer
+        steps (one scheduler step each), then the policy and optimizer as the distributed setup runs them."""
+        optimizer, scheduler = build_optimizer(model, c.optim, c.max_steps * c.algo.mu, device)
+        model, optimizer = dist.prepare(model, optimizer)  # DDP wrapper or itself
+        return cls(model, optimizer, scheduler, c.algo, c.update, c.optim, device, dist, ref_model)
 
     def __call__(self, kept: Rollouts | None) -> dict[str, float]:
         """algo.mu optimizer steps on this rank's kept rollouts (None: it has none, and joins the collectives);
         returns update/*."""
+        s = self
         return policy_update(
-            self.model, kept, self.optimizer, self.scheduler, self.algo, self.layout, self.optim, self.device,
-            self.dist, self.ref_model,
-        )  # fmt: skip
+            s.model, kept, s.optimizer, s.scheduler, s.algo, s.layout, s.optim, s.device, s.dist, s.ref_model
+        )

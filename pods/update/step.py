@@ -185,9 +185,17 @@ def policy_update(
 
 
 def _update(
-    model, batch, optimizer, scheduler, algo: AlgoConfig, layout: UpdateConfig, grad_clip: float, device, dist,
+    model,
+    batch,
+    optimizer,
+    scheduler,
+    algo: AlgoConfig,
+    layout: UpdateConfig,
+    grad_clip: float,
+    device,
+    dist,
     ref_model,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     if batch is None:  # this rank got no groups this step
         adv, mask = torch.zeros(0), torch.zeros(0, 0)
     else:

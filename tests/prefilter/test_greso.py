@@ -6,15 +6,10 @@ from pods.prefilter.greso import (
     EASY,
     HARD,
     MIXED,
-    GresoConfig,
     group_outcome,
     keep_probability,
     zero_var_streak,
 )
-
-
-def cfg(**kw):
-    return GresoConfig(**kw)
 
 
 def test_outcomes_and_streaks():
@@ -31,7 +26,7 @@ def test_outcomes_and_streaks():
 
 def test_synthetic_pool_skips_at_expected_rates():
     """Easy prompts seen easy once are kept with prob p_easy; twice: p_easy^2; mixed ones always kept."""
-    f = GresoFilter(cfg(p_init=0.5), seed=0)
+    f = GresoFilter(seed=0, p_init=0.5)
     easy, hard, mixed = list(range(0, 1000)), list(range(1000, 2000)), list(range(2000, 3000))
     f.observe(easy, 0, torch.ones(1000, 4))
     f.observe(hard, 0, torch.zeros(1000, 4))
@@ -45,7 +40,7 @@ def test_synthetic_pool_skips_at_expected_rates():
 
 
 def test_probabilities_adapt_toward_target_and_stay_bounded():
-    f = GresoFilter(cfg(p_init=0.5, p_step=0.01), seed=0)
+    f = GresoFilter(seed=0, p_init=0.5, p_step=0.01)
     # 60% easy, 30% hard: both above targets (8.3% / 16.7%) -> both p go down by 0.01 per step
     for _ in range(5):
         r = torch.cat([torch.ones(6, 4), torch.zeros(3, 4), torch.tensor([[1.0, 0, 0, 0]])])
@@ -61,16 +56,16 @@ def test_probabilities_adapt_toward_target_and_stay_bounded():
 
 
 def test_no_adaptation_during_first_epoch():
-    f = GresoFilter(cfg(), seed=0)
+    f = GresoFilter(seed=0)
     f.observe([0, 1], 0, torch.ones(2, 4))
     f.end_step(epoch=0)
     assert f.p[EASY] == 0.5
 
 
 def test_state_roundtrip_gives_identical_decisions():
-    a = GresoFilter(cfg(), seed=3)
+    a = GresoFilter(seed=3)
     a.observe(list(range(50)), 0, torch.ones(50, 4))
-    b = GresoFilter(cfg(), seed=99)
+    b = GresoFilter(seed=99)
     b.load_state_dict(a.state_dict())
     assert a.keep(list(range(50)), 1) == b.keep(list(range(50)), 1)
 

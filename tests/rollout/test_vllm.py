@@ -155,7 +155,7 @@ def vllm_cfg(**hardware):
     )
     hw = HardwareConfig(**{"name": "gpu", "dtype": "bfloat16", **hardware})
     own = {"vllm": VLLMSettings(gpu_memory_utilization=0.4)}
-    return RolloutSettings(RolloutConfig(backend="vllm", batch_size=512, sections=own), model, hw, seed=7)
+    return RolloutSettings(RolloutConfig(name="vllm", batch_size=512, sections=own), model, hw, seed=7)
 
 
 # --- preflight and pure mappings ------------------------------------------------------------------

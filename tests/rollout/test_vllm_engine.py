@@ -137,8 +137,8 @@ def test_eval_accuracy_through_vllm_equals_hf(setup, engine):
         pytest.skip("a fresh adapter is a no-op: the same policy as the full mode's")
     reward, dist = build_reward(cfg.reward), Dist(cfg.hardware, CPU)
     stage = (cfg.eval, cfg.sampling, add_special_tokens(cfg.model), dist)
-    v, _ = evaluate(gen, reward, eval_set.prompts, eval_set.answers, *stage)
-    h, _ = evaluate(hf, reward, eval_set.prompts, eval_set.answers, *stage)
+    v, _ = evaluate(gen, reward, eval_set, *stage)
+    h, _ = evaluate(hf, reward, eval_set, *stage)
     assert v["eval/accuracy"] == h["eval/accuracy"] and 0 < h["eval/accuracy"] < 1
 
 
