@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 38 at headline v4's frozen shape (results/headline_v4/frozen.env: 16 prompts per step, lr 1e-5, sampled
+# eval): the confirm calls measured a PODS 64/16 step at 2.1x a GRPO 16/16 step (4 runs per GPU). Is that ratio
+# set by rollout.batch_size=512, which makes PODS's 16 x 64 = 1,024 rows two generate calls (GRPO's 256 rows are
+# one)? On a machine of 4 GPUs, side by side (each GPU its own question):
+#   GPU 0  the pair alone (scripts/bench_step_cost.py, 16 prompts), rollout batch 512; then the host-work A/B
+#   GPU 1  the pair alone, rollout batch 1024
+#   GPU 2  the confirm calls' packing: GRPO 16/16 and PODS 64/16, 2 seeds each, 4 runs on one GPU, the frozen
+#          setting with its eval every 10 s, WIN seconds of training clock (default 120), rollout batch 512
+#   GPU 3  the same packing, rollout batch 1024
+#   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
+#                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
+#                                             # run's records and log)
+# SMOKE=1: every part shrunk to seconds on the CPU, one after another (the script's own test; not evidence).
+set -o pipefail
+O=${OUT:-/tmp/step_cost_v4_out}; R=/tmp/step_cost_v4; rm -rf "$R"; mkdir -p "$R" "$O"
+FROZEN=${FROZEN:-results/headline_v4/frozen.env}
+LR=""; WARMUP_STEPS=""; SETTING_EXTRA=""; source "$FROZEN"
+[ -n "$LR" ] && [ -n "$WARMUP_STEPS" ] || { echo "$FROZEN needs LR= and WARMUP_STEPS="; exit 1; }
+PPS=16; for o in $SETTING_EXTRA; do [[ $o == algo.prompts_per_step=* ]] && PPS=${o#*=}; done
+PAIR="grpo16:none:16:16,pods64:max_variance:64:16"
+if [ "${SMOKE:-0}" = 1 ]; then
+  export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+  GPUS=(0 0 0 0); WIN=${WIN:-3}; B="python3 scripts/bench_step_cost.py --device cpu --threads 1"
+  ST=2; PPS=1; BATCHES=(32 64); HW="hardware=cpu"; EVERY=2
+  SMALL="model.max_completion_len=8 dataset.eval_size=8 eval.num_samples=1 max_steps=2 algo.prompts_per_step=$PPS"
+  BSMALL="--set model.max_completion_len=8"
+else
+  source scripts/device/setup.sh || exit 1
+  export OMP_NUM_THREADS=2
+  mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader)
+  [ "${#GPUS[@]}" -ge 4 ] || { echo "needs 4 GPUs, found ${#GPUS[@]}"; exit 1; }
+  WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
+  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""
+fi
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); frozen: lr $LR, $SETTING_EXTRA; window ${WIN}s"
+# the confirm calls' common setting (scripts/device/headline_v4.sh), with the rollout batch left to each GPU
+COMMON="model=headline dataset=arithmetic_hard_local dataset.eval_task=data/arithmetic_hard/eval_2k.jsonl
+  eval.batch_size=1024 $HW sampling.temperature=0.9 max_steps=100000 max_train_time=$WIN eval.every_steps=0
+  eval.every_seconds=$EVERY eval.at_start=true checkpoint.every_seconds=0 checkpoint.every_steps=0
+  checkpoint.save_final=false optim.lr=$LR optim.warmup_steps=$WARMUP_STEPS $SETTING_EXTRA $SMALL"
+alone() {  # alone <gpu> <rollout batch>
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 200 $B --steps $ST --skip $((ST / 4)) --prompts-per-step $PPS \
+    --rollout-batch "$2" --settings "$PAIR" --label "batch$2" $BSMALL --out "$R/alone_b$2" > "$R/alone_b$2.log" 2>&1
+  echo "alone batch $2 rc=$? at ${SECONDS}s"
+}
+host() {
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 150 $B --settings "" --host-ab --prompts-per-step $PPS $BSMALL \
+    --out "$R/host_ab" > "$R/host_ab.log" 2>&1
+  echo "host A/B rc=$? at ${SECONDS}s"
+}
+packed() {  # packed <gpu> <rollout batch>
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 $((WIN + 200)) python3 scripts/launch_parallel.py --gpus 1 --per-gpu 4 \
+    --out "$R/packed_b$2" --sweep seed=9001,9002 --sweep arm=none-n16-m16,max_variance-n64-m16 \
+    -- $(echo $COMMON) rollout.batch_size="$2" > "$R/packed_b$2.log" 2>&1
+  echo "packed batch $2 rc=$? at ${SECONDS}s"
+}
+if [ "${SMOKE:-0}" = 1 ]; then
+  alone 0 "${BATCHES[0]}"; host 0; alone 0 "${BATCHES[1]}"; packed 0 "${BATCHES[0]}"; packed 0 "${BATCHES[1]}"
+else
+  { alone "${GPUS[0]}" "${BATCHES[0]}"; host "${GPUS[0]}"; } &
+  alone "${GPUS[1]}" "${BATCHES[1]}" &
+  packed "${GPUS[2]}" "${BATCHES[0]}" &
+  packed "${GPUS[3]}" "${BATCHES[1]}" &
+  wait
+fi
+tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude='*.pt' --exclude='*.safetensors'
+{
+  for b in "${BATCHES[@]}"; do echo "## Alone on one GPU, rollout batch $b"; cat "$R/alone_b$b/results.md" 2>/dev/null; echo; done
+  echo "## Host work before/after (detokenize, reward)"; cat "$R/host_ab/results.md" 2>/dev/null; echo
+  for b in "${BATCHES[@]}"; do
+    echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch $b"
+    python3 scripts/phase_totals.py "$R/packed_b$b" 2>&1; echo
+  done
+} > "$O/table.md"
+cat "$O/table.md"
+echo "call done in ${SECONDS}s"

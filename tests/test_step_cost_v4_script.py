@@ -1,0 +1,37 @@
+"""scripts/device/step_cost_v4.sh (issue 38 at headline v4's frozen shape) runs its four parts end to end on the
+CPU (SMOKE=1: one prompt, 8 new tokens, a few seconds of training clock): the pair alone at two rollout batch
+sizes, the host-work A/B, and the confirm calls' packing (2 GRPO + 2 PODS runs) at both batch sizes. The device
+tool returns at most 8 files, so $OUT must hold only the table and one archive."""
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_step_cost_v4_smoke(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "HOME": str(tmp_path)}
+    r = subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["step_cost_v4.tgz", "table.md"]
+    table = (out / "table.md").read_text()
+    for batch in (32, 64):  # SMOKE's two rollout batch sizes
+        alone = table.split(f"## Alone on one GPU, rollout batch {batch}")[1].split("##")[0]
+        step = next(line for line in alone.splitlines() if line.startswith("| step |"))
+        grpo, pods = (float(x) for x in step.split("|")[2:4])
+        assert grpo > 0 and pods > 0, step
+        packed = table.split(f"rollout batch {batch}\n")[-1].split("Means over seeds")[0]
+        runs = [line for line in packed.splitlines() if line.startswith("| seed-")]
+        assert len(runs) == 4, packed  # 2 seeds x GRPO 16/16 and PODS 64/16
+        assert all(float(line.split("|")[3]) >= 1 for line in runs), packed  # every run took a step
+    assert "| detokenize |" in table and "| reward |" in table  # the host-work A/B
+    with tarfile.open(out / "step_cost_v4.tgz") as t:
+        names = t.getnames()
+    assert sum(n.endswith("metrics.jsonl") for n in names) == 8, names  # every packed run's records
