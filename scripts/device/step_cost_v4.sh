@@ -8,6 +8,12 @@
 #   GPU 2  the confirm calls' packing: GRPO 16/16 and PODS 64/16, 2 seeds each, 4 runs on one GPU, the frozen
 #          setting with its eval every 10 s, WIN seconds of training clock (default 120), rollout batch 512
 #   GPU 3  the same packing, rollout batch 1024
+# PART=cache asks the next question, with every row in one generate call (the larger batch): does the part that
+# still grows with rows shrink when the static KV cache is narrower? The pair alone, side by side:
+#   GPU 0  today's defaults, then share_prefill + size_cache_to_prompt + release_cache=false
+#   GPU 1  rollout.hf.size_cache_to_prompt=true (the cache as wide as this prompt, not the widest)
+#   GPU 2  rollout.hf.share_prefill=true + size_cache_to_prompt
+#   GPU 3  the rollout tests marked gpu (greedy tokens against generate(); share_prefill's differing tokens)
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
@@ -55,6 +61,38 @@ packed() {  # packed <gpu> <rollout batch>
     -- $(echo $COMMON) rollout.batch_size="$2" > "$R/packed_b$2.log" 2>&1
   echo "packed batch $2 rc=$? at ${SECONDS}s"
 }
+V_FIT="rollout.hf.size_cache_to_prompt=true"; V_SHARE="rollout.hf.share_prefill=true $V_FIT"
+V_ALL="$V_SHARE rollout.hf.release_cache=false"
+variant() {  # variant <gpu> <name> <overrides>: the pair alone at the larger rollout batch
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 200 $B --steps $ST --skip $((ST / 4)) --prompts-per-step $PPS \
+    --rollout-batch "${BATCHES[1]}" --settings "$PAIR" --label "$2" --set $3 ${BSMALL#--set } \
+    --out "$R/cache_$2" > "$R/cache_$2.log" 2>&1
+  echo "variant $2 rc=$? at ${SECONDS}s"
+}
+gpu_tests() {
+  [ "${SMOKE:-0}" = 1 ] && return
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
+    tests/rollout/test_share_prefill.py tests/rollout/test_hf.py > "$R/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$? at ${SECONDS}s"
+}
+if [ "${PART:-pair}" = cache ]; then
+  if [ "${SMOKE:-0}" = 1 ]; then
+    alone 0 "${BATCHES[1]}"; variant 0 fit "$V_FIT"; variant 0 share_fit "$V_SHARE"; variant 0 share_fit_keep "$V_ALL"
+  else
+    { alone "${GPUS[0]}" "${BATCHES[1]}"; variant "${GPUS[0]}" share_fit_keep "$V_ALL"; } &
+    variant "${GPUS[1]}" fit "$V_FIT" &
+    variant "${GPUS[2]}" share_fit "$V_SHARE" &
+    gpu_tests "${GPUS[3]}" &
+    wait
+  fi
+  tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")"
+  {
+    echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, today's defaults"; cat "$R/alone_b${BATCHES[1]}/results.md"
+    for v in fit share_fit share_fit_keep; do echo; echo "## Alone, batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md"; done
+    echo; echo "## Rollout tests marked gpu"; grep -h "greedy tokens differ\|passed\|failed\|skipped" "$R/gpu_tests.log" 2>/dev/null
+  } > "$O/table.md" 2>&1
+  cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
+fi
 if [ "${SMOKE:-0}" = 1 ]; then
   alone 0 "${BATCHES[0]}"; host 0; alone 0 "${BATCHES[1]}"; packed 0 "${BATCHES[0]}"; packed 0 "${BATCHES[1]}"
 else
