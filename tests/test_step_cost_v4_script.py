@@ -4,6 +4,7 @@ sizes, the host-work A/B, and the confirm calls' packing (2 GRPO + 2 PODS runs) 
 tool returns at most 8 files, so $OUT must hold only the table and one archive."""
 
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -35,3 +36,24 @@ def test_step_cost_v4_smoke(tmp_path):
     with tarfile.open(out / "step_cost_v4.tgz") as t:
         names = t.getnames()
     assert sum(n.endswith("metrics.jsonl") for n in names) == 8, names  # every packed run's records
+
+
+@pytest.mark.slow
+def test_step_cost_v4_cache_part_smoke(tmp_path):
+    """PART=cache: the pair alone at the larger batch under each cache variant, every one with its own table."""
+    out = tmp_path / "out"
+    env = {**os.environ, "SMOKE": "1", "PART": "cache", "OUT": str(out), "HOME": str(tmp_path)}
+    r = subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["step_cost_v4.tgz", "table.md"]
+    table = (out / "table.md").read_text()
+    sections = re.split(r"^## ", table, flags=re.M)[1:]
+    assert [s.splitlines()[0].split(", ")[-1] for s in sections[:4]] == [
+        "today's defaults", "fit", "share_fit", "share_fit_keep"]  # fmt: skip
+    for s in sections[:4]:
+        step = next(line for line in s.splitlines() if line.startswith("| step |"))
+        assert all(float(x) > 0 for x in step.split("|")[2:4]), step
+    with tarfile.open(out / "step_cost_v4.tgz") as t:  # each variant's command names its overrides
+        logs = {n for n in t.getnames() if n.endswith("results.md")}
+    assert len(logs) == 4, logs
