@@ -122,6 +122,40 @@ def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) ->
     return out
 
 
+def profile_decode(args, rows_per_prompt=(16, 64), top: int = 15) -> list[dict]:
+    """One generate call of the headline policy at --prompts-per-step x each n rows (T=0.9), through the backend
+    a run builds (the compiled graph loop on CUDA), profiled with torch.profiler after two unprofiled calls: the
+    kernels and ops whose device time grows with rows. Rows: the `top` entries by self device time (CPU: self
+    CPU time), ms per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "profile_decode", "none", 16, 16, [])
+    trainer = Trainer(preflight(cfg), Path(tempfile.mkdtemp(prefix="profile_decode-")))
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
+    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    cuda = args.device == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    out = []
+    for n in rows_per_prompt:
+        for _ in range(2):  # compile, capture, caches
+            trainer.backend.generate(prompts, list(range(len(prompts))), n, 0.9)
+        sync(args.device)
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            r = trainer.backend.generate(prompts, list(range(len(prompts))), n, 0.9)
+            sync(args.device)
+            wall = time.perf_counter() - t0
+        key = "self_device_time_total" if cuda else "self_cpu_time_total"
+        ev = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
+        out.append({
+            "n": n, "rows": n * len(prompts), "wall_ms": 1e3 * wall,
+            "completion_tokens": int(r.completion_mask.sum()), "width": int(r.input_ids.shape[1]),
+            "top": [{"name": e.key[:90], "calls": e.count, "self_ms": getattr(e, key, 0.0) / 1e3} for e in ev],
+        })  # fmt: skip
+    trainer.reward_fn.close()
+    return out
+
+
 def headline_policy(args, name: str):
     """The headline config (GRPO 16/16), its tokenizer and policy on --device in eval mode, the dtype, and the
     first `--prompts-per-step` training rows and their prompts: what the A/B benchmarks below run on."""
@@ -253,6 +287,11 @@ def markdown(res: dict) -> str:
                     f"{b['wall_median']:.2f} | {a['wall_min']:.2f} / {a['wall_median']:.2f} | {b['cpu_min']:.2f} / "
                     f"{b['cpu_median']:.2f} | {a['cpu_min']:.2f} / {a['cpu_median']:.2f} |"
                 )
+    for r in res.get("profile_decode", []):
+        lines += ["", f"Profile of one generate call, {r['rows']} rows ({r['n']} a prompt; {r['completion_tokens']} "
+                  f"completion tokens, width {r['width']}): {r['wall_ms']:.1f} ms wall. Top ops by self "
+                  "device time (CPU: self CPU time):", "", "| op | calls | self ms |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| `{e['name']}` | {e['calls']} | {e['self_ms']:.2f} |" for e in r["top"]]
     if res.get("pick_ms"):
         lines += ["", "Sampling alone (eager, one call on (rows, vocab) logits, T=0.9), ms: "
                   + ", ".join(f"{k} rows {v:.3f}" for k, v in res["pick_ms"].items())]  # fmt: skip
@@ -291,14 +330,15 @@ def main() -> None:
     p.add_argument("--prefill-ab", action="store_true", help="headline: the prefill alone, shared or per row")
     p.add_argument("--host-ab", action="store_true", help="headline: detokenize and reward, before/after")
     p.add_argument("--host-reps", type=int, default=30, help="--host-ab: calls per arm")
+    p.add_argument("--profile-decode", action="store_true", help="headline: one generate call per row count, profiled")
     p.add_argument("--label", default="")
     p.add_argument("--out", default="results/step_cost/run")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = parse_settings(args)
-    if not settings and not args.prefill_ab and not args.host_ab:
-        p.error("nothing to run: give --settings, --sweep, --prefill-ab or --host-ab")
+    if not settings and not args.prefill_ab and not args.host_ab and not args.profile_decode:
+        p.error("nothing to run: give --settings, --sweep, --prefill-ab, --host-ab or --profile-decode")
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     shape = (f"random Qwen2 {args.layers} layers x {args.hidden}{', LoRA' if args.lora else ''}"
              if args.random_shape else f"headline, {args.dataset}")  # fmt: skip
@@ -322,6 +362,8 @@ def main() -> None:
         res["prefill_ab"] = prefill_ab(args)
     if args.host_ab:
         res["host_ab"] = host_ab(args, args.host_reps)
+    if args.profile_decode:
+        res["profile_decode"] = profile_decode(args)
     if args.pick_micro:
         vocab = 313 if not args.random_shape else args.vocab
         rows = sorted({r["n"] * args.prompts_per_step for r in res["runs"]})
