@@ -1,8 +1,8 @@
 """One step's rollout groups, stage by stage: the rounds loop that dynamic sampling needs, at the loop's level.
 
 Each stage is its own object, built once by the Trainer from its own config groups, and writes its own
-metrics: the prefilter (pods/prefilter/stage.py), the rollout (pods/rollout/stage.py), the reward
-(pods/reward/stage.py) and dynamic sampling (pods/rollout/dynamic_sampling.py). Every rank draws the same
+metrics: the prefilter (pods/prefilter/registry.py), the rollout (pods/rollout/stage.py), the reward
+(pods/reward/registry.py) and dynamic sampling (pods/rollout/dynamic_sampling.py). Every rank draws the same
 prompts and generates for its shard; the rewards are gathered, so the filter's memory and the refill
 decisions are the same on every rank.
 """

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from pods.config import EvalConfig, SamplingConfig, TrainConfig, add_special_tokens
-from pods.reward.stage import grade
+from pods.reward.registry import grade
 
 
 def evaluate(

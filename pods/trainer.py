@@ -39,11 +39,9 @@ from pods.models import (
     resolve_dtype,
     set_cuda_allocator,
 )
-from pods.prefilter import build_prefilter
-from pods.prefilter.stage import PrefilterStage
+from pods.prefilter import PrefilterStage, build_prefilter
 from pods.resume import Checkpointer
-from pods.reward import build_reward
-from pods.reward.stage import RewardStage
+from pods.reward import RewardStage, build_reward
 from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.dynamic_sampling import DynamicSampling
 from pods.rollout.stage import RolloutStage, completion_metrics

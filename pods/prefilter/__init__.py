@@ -8,9 +8,24 @@ new filter file registers itself.
 """
 
 from pods.prefilter.greso import GresoFilter
-from pods.prefilter.registry import PREFILTERS, NoFilter, Prefilter, build_prefilter, register_prefilter
+from pods.prefilter.registry import (
+    PREFILTERS,
+    NoFilter,
+    Prefilter,
+    PrefilterStage,
+    build_prefilter,
+    register_prefilter,
+)
 from pods.registry import import_submodules
 
 import_submodules(__name__)
 
-__all__ = ["PREFILTERS", "GresoFilter", "NoFilter", "Prefilter", "build_prefilter", "register_prefilter"]
+__all__ = [
+    "PREFILTERS",
+    "GresoFilter",
+    "NoFilter",
+    "Prefilter",
+    "PrefilterStage",
+    "build_prefilter",
+    "register_prefilter",
+]

@@ -1,6 +1,6 @@
 """The selector as a stage of the loop, built once from the `selector` group: keep m of each group's n
 rollouts (PODS's down-sampling; `selector=none`: all of them), and report how the kept differ from all
-generated (selector/*, pods/selector/diagnostics.py)."""
+generated, the selection-bias diagnostics (selector/*)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,37 @@ import torch
 
 from pods.batch import Rollouts
 from pods.config import SelectorConfig
-from pods.selector.diagnostics import selector_metrics
 from pods.selector.selectors import downsample
+
+
+def wasserstein1(a: torch.Tensor, b: torch.Tensor) -> float:
+    """W1 distance between the empirical 1-D distributions of a and b: integral of |F_a - F_b|."""
+    a, b = a.flatten().double(), b.flatten().double()
+    if a.numel() == 0 or b.numel() == 0:
+        return 0.0
+    xs = torch.cat([a, b]).unique()  # sorted support
+    if xs.numel() == 1:
+        return 0.0
+    fa = torch.searchsorted(a.sort().values, xs[:-1], right=True).double() / a.numel()
+    fb = torch.searchsorted(b.sort().values, xs[:-1], right=True).double() / b.numel()
+    return float(((fa - fb).abs() * xs.diff()).sum())
+
+
+def selector_metrics(all_rewards: torch.Tensor, kept_rewards: torch.Tensor) -> dict[str, float]:
+    """all_rewards: (P, n); kept_rewards: (P, m)."""
+    zero_var = lambda r: (r.max(1).values - r.min(1).values == 0).double().mean().item()  # noqa: E731
+    var = lambda r: r.double().var(1, unbiased=False).mean().item()  # noqa: E731
+    return {
+        "selector/all_reward_mean": all_rewards.double().mean().item(),
+        "selector/kept_reward_mean": kept_rewards.double().mean().item(),
+        "selector/all_reward_std": all_rewards.double().std().item() if all_rewards.numel() > 1 else 0.0,
+        "selector/kept_reward_std": kept_rewards.double().std().item() if kept_rewards.numel() > 1 else 0.0,
+        "selector/all_group_var": var(all_rewards),
+        "selector/kept_group_var": var(kept_rewards),
+        "selector/all_zero_var_frac": zero_var(all_rewards),
+        "selector/kept_zero_var_frac": zero_var(kept_rewards),
+        "selector/w1_kept_vs_all": wasserstein1(kept_rewards, all_rewards),
+    }
 
 
 class SelectorStage:

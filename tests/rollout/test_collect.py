@@ -14,10 +14,8 @@ from pods.collect import Stages, collect
 from pods.config import DynamicSamplingConfig, SamplingConfig
 from pods.data import PromptSampler
 from pods.distributed import Dist
-from pods.prefilter import NoFilter
-from pods.prefilter.stage import PrefilterStage
-from pods.reward.registry import RewardOutput
-from pods.reward.stage import RewardStage
+from pods.prefilter import NoFilter, PrefilterStage
+from pods.reward.registry import RewardOutput, RewardStage
 from pods.rollout.dynamic_sampling import DynamicSampling, useful_groups
 from pods.rollout.stage import RolloutStage
 from pods.timing import PhaseTimer

@@ -8,7 +8,7 @@ import torch
 from pods.batch import Rollouts
 from pods.config import UpdateConfig
 from pods.distributed import Dist
-from pods.reward.stage import sanitize_rewards
+from pods.reward.registry import sanitize_rewards
 from pods.update import group_advantages
 from pods.update.step import policy_update
 
