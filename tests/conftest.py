@@ -82,16 +82,17 @@ def pytest_report_header(config):
 
 # With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
 # a whole training run) are built once. The tests of tests/slurm/ make two units, each on one worker, one test
-# after the other: those on the two-node partition `multi` (they kill that partition's tasks and slurmd, so no
-# other job may run there meanwhile; with test_slurm_distributed.py, which shares their session fixture, the
-# torchrun references) and the rest, on partition `debug`, whose jobs never meet theirs. Both units go first
+# after the other: test_multinode.py's, on the two-node partition `multi` (they kill that partition's tasks and
+# slurmd, so no other job may run there meanwhile), and the rest, on partition `debug`, whose jobs never meet
+# theirs (the two-task job of test_slurm_distributed.py goes with the shorter, `debug` one, though it builds
+# its own torchrun reference of 2 processes, which the two-node unit builds too). Both units go first
 # (their jobs mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a
 # `long` test, then those with a `slow` one, then the rest: the long units start early and the short ones fill in
 # at the end. (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping:
 # pytest-xdist issue 1386.)
 SLURM_UNIT = "tests/slurm/"
 TWO_NODE_UNIT = "tests/slurm/ (partition multi)"
-TWO_NODE_MODULES = ("tests/slurm/test_multinode.py", "tests/slurm/test_slurm_distributed.py")
+TWO_NODE_MODULES = ("tests/slurm/test_multinode.py",)
 
 
 def xdist_unit(nodeid: str) -> str:
