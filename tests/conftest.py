@@ -81,17 +81,25 @@ def pytest_report_header(config):
 
 
 # With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
-# a whole training run) are built once, and every test of tests/slurm/ runs on one worker, one after the other: its
-# jobs share one Slurm cluster (and a session fixture, the torchrun references). That unit goes first (its jobs
-# mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a `long` test,
-# then those with a `slow` one, then the rest: the long units start early and the short ones fill in at the end.
-# (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping: pytest-xdist
-# issue 1386.)
+# a whole training run) are built once. The tests of tests/slurm/ make two units, each on one worker, one test
+# after the other: test_multinode.py's, on the two-node partition `multi` (they kill that partition's tasks and
+# slurmd, so no other job may run there meanwhile), and the rest, on partition `debug`, whose jobs never meet
+# theirs (the two-task job of test_slurm_distributed.py goes with the shorter, `debug` one, though it builds
+# its own torchrun reference of 2 processes, which the two-node unit builds too). Both units go first
+# (their jobs mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a
+# `long` test, then those with a `slow` one, then the rest: the long units start early and the short ones fill in
+# at the end. (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping:
+# pytest-xdist issue 1386.)
 SLURM_UNIT = "tests/slurm/"
+TWO_NODE_UNIT = "tests/slurm/ (partition multi)"
+TWO_NODE_MODULES = ("tests/slurm/test_multinode.py",)
 
 
 def xdist_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under `-n`: tests/slurm/ as one, else its module (or doctest file)."""
+    """The unit of work a test belongs to under `-n`: tests/slurm/'s two (above), else its module (or doctest
+    file)."""
+    if nodeid.startswith(TWO_NODE_MODULES):
+        return TWO_NODE_UNIT
     return SLURM_UNIT if nodeid.startswith(SLURM_UNIT) else nodeid.split("::")[0]
 
 
@@ -128,9 +136,11 @@ def pytest_collection_modifyitems(config, items):
             units.setdefault(xdist_unit(item.nodeid), []).append(item)
 
         def rank(unit: str) -> int:  # a stable sort: the (shuffled) order holds inside each rank
-            if unit == SLURM_UNIT:
+            if unit == TWO_NODE_UNIT:
                 return 0
+            if unit == SLURM_UNIT:
+                return 1
             marks = {mark.name for item in units[unit] for mark in item.iter_markers()}
-            return 1 if "long" in marks else 2 if "slow" in marks else 3
+            return 2 if "long" in marks else 3 if "slow" in marks else 4
 
         items[:] = [item for unit in sorted(units, key=rank) for item in units[unit]]

@@ -68,28 +68,53 @@ def slurm_two_nodes():
 @pytest.fixture(scope="session")
 def torchrun_reference(tmp_path_factory):
     """world size -> the run directory of test_slurm_distributed.RUN launched on one node by torchrun with that
-    many processes: what a Slurm job of as many tasks, on one node or two, must reproduce. Each once a session."""
-    from bench.harness import torchrun_command
-    from tests.slurm.test_slurm_distributed import RUN
+    many processes: what a Slurm job of as many tasks, on one node or two, must reproduce. Each once a session.
+    `torchrun_reference.start(world)` launches it without waiting, to run beside a Slurm job; the call waits."""
+    refs = TorchrunReferences(tmp_path_factory)
+    yield refs
+    refs.stop()
 
-    runs: dict[int, Path] = {}
 
-    def reference(world: int) -> Path:
-        if world not in runs:
-            tmp = tmp_path_factory.mktemp(f"torchrun{world}")
-            cmd = [*torchrun_command(world), "--log-dir", str(tmp / "logs"), "--redirects", "3", "-m", "pods.train",
-                   *RUN, f"hydra.run.dir={tmp / 'run'}"]  # fmt: skip
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            root = Path(__file__).resolve().parents[2]
-            out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+class TorchrunReferences:
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.runs: dict[int, Path] = {}
+        self.started: dict[int, tuple[subprocess.Popen, Path]] = {}
+
+    def start(self, world: int) -> None:
+        from bench.harness import torchrun_command
+        from tests.slurm.test_slurm_distributed import RUN
+
+        if world in self.runs or world in self.started:
+            return
+        tmp = self.tmp_path_factory.mktemp(f"torchrun{world}")
+        cmd = [*torchrun_command(world), "--log-dir", str(tmp / "logs"), "--redirects", "3", "-m", "pods.train",
+               *RUN, f"hydra.run.dir={tmp / 'run'}"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        root = Path(__file__).resolve().parents[2]
+        with (tmp / "torchrun.err").open("w") as err:
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        self.started[world] = (proc, tmp)
+
+    def __call__(self, world: int) -> Path:
+        if world not in self.runs:
+            self.start(world)
+            proc, tmp = self.started.pop(world)
+            try:
+                rc = proc.wait(timeout=600)
+            finally:
+                proc.kill()
             ranks = "".join(
                 f"\n--- {f}\n{f.read_text()[-2500:]}" for f in sorted((tmp / "logs").rglob("std*.log"))
             )
-            assert out.returncode == 0, out.stderr[-1500:] + ranks
-            runs[world] = tmp / "run"
-        return runs[world]
+            assert rc == 0, (tmp / "torchrun.err").read_text()[-1500:] + ranks
+            self.runs[world] = tmp / "run"
+        return self.runs[world]
 
-    return reference
+    def stop(self) -> None:
+        for proc, _ in self.started.values():
+            proc.kill()
+            proc.wait()
 
 
 # --- bounded waits on jobs -------------------------------------------------------------------------------
@@ -162,17 +187,36 @@ def wait_submitter(proc: subprocess.Popen, sweep: Path, timeout: float, logs=lam
 def submit(cmd: list[str], sweep: Path, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
     """subprocess.run for a submitting command, bounded as `wait_submitter` says; the sweep's jobs are
     cancelled and the command killed whatever happens."""
-    import tempfile
+    return Submitted(cmd, sweep, timeout, **popen).result()
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **popen)
+
+class Submitted:
+    """A submitting command started now and waited for later (`result()`, bounded as `wait_submitter` says
+    from then on), so that a test's jobs run beside each other. `stop()` (in a `finally`: a test that fails
+    before its `result()`) kills the command and cancels the sweep's jobs; `result()` does it too."""
+
+    def __init__(self, cmd: list[str], sweep: Path, timeout: float = 600, **popen):
+        import tempfile
+
+        self.cmd, self.sweep, self.timeout = cmd, sweep, timeout
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115 (stop())
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, text=True, **popen)
+
+    def result(self) -> subprocess.CompletedProcess:
         try:
-            rc = wait_submitter(proc, sweep, timeout, lambda: _read(err) + _job_logs(sweep))
+            rc = wait_submitter(
+                self.proc, self.sweep, self.timeout, lambda: _read(self.err) + _job_logs(self.sweep)
+            )
+            return subprocess.CompletedProcess(self.cmd, rc, _read(self.out), _read(self.err))
         finally:
-            proc.kill()
-            proc.wait()
-            cancel(sweep_jobs(sweep))
-        return subprocess.CompletedProcess(cmd, rc, _read(out), _read(err))
+            self.stop()
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        cancel(sweep_jobs(self.sweep))
+        self.out.close()
+        self.err.close()
 
 
 def _read(f) -> str:
@@ -189,6 +233,25 @@ def cancel(jobs) -> None:
         subprocess.run(["scancel", *sorted(jobs)], check=False, capture_output=True, timeout=60)
 
 
+def jobs_under(base: Path | str, states: set[str] | None = None) -> set[str] | None:
+    """Ids of the jobs slurmctld knows (queued, or ended less than MinJobAge ago) whose script or output lies
+    under `base` (an array's own id for its tasks), only those in `states` if given; None if scontrol cannot
+    say. Another test's jobs (another xdist worker's, in other directories) are never among them."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    found, prefix = set(), str(base).rstrip("/") + "/"  # not a sibling directory whose name goes on
+    for line in out.stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        paths = (fields.get("Command", ""), fields.get("StdOut", ""))
+        if any(p.startswith(prefix) for p in paths) and (states is None or fields.get("JobState") in states):
+            found.add(fields.get("ArrayJobId") or fields["JobId"])
+    return found
+
+
 @pytest.fixture(autouse=True)
 def cancel_this_session_s_jobs(request, tmp_path_factory):
     """After each test on Slurm: cancel the jobs still queued whose script or output lies in this pytest
@@ -196,18 +259,7 @@ def cancel_this_session_s_jobs(request, tmp_path_factory):
     yield
     if not {"slurm", "slurm_two_nodes"} & set(request.fixturenames) or shutil.which("scontrol") is None:
         return
-    base = str(tmp_path_factory.getbasetemp())
-    try:
-        out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return
-    ours = set()
-    for line in out.stdout.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        paths = (fields.get("Command", ""), fields.get("StdOut", ""))
-        if any(p.startswith(base) for p in paths) and fields.get("JobState") in LIVE:
-            ours.add(fields.get("ArrayJobId") or fields["JobId"])
-    cancel(ours)
+    cancel(jobs_under(tmp_path_factory.getbasetemp(), LIVE) or set())
 
 
 LIVE = {

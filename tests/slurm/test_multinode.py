@@ -21,9 +21,18 @@ import torch
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
 from tests.conftest import SAME_RUN_KEYS
-from tests.slurm.conftest import cancel, job_state, queued, submit, sweep_jobs, wait_gone
+from tests.slurm.conftest import (
+    Submitted,
+    cancel,
+    job_state,
+    jobs_under,
+    queued,
+    submit,
+    sweep_jobs,
+    wait_gone,
+)
 from tests.slurm.test_slurm import RUN as RUN_REQUEUE
-from tests.slurm.test_slurm import SLOW, _job_logs, _jobs, requeue_and_time_limit
+from tests.slurm.test_slurm import SLOW, _job_logs, requeue_and_time_limit
 from tests.slurm.test_slurm_distributed import RUN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,9 +91,10 @@ def task_hosts(logs: str) -> dict[int, set[str]]:
 def two_node_job(request, tmp_path_factory, torchrun_reference):
     """(tasks per node, the job's logs, its run dir, the one-node torchrun reference's run dir, world size).
     2 x 1 through scripts/slurm/two_nodes.sbatch as it is (a plain sbatch script), 2 x 2 through
-    hydra/launcher=slurm."""
+    hydra/launcher=slurm. The torchrun reference runs on this machine while the job runs on Slurm's nodes."""
     tasks = request.param
     tmp = tmp_path_factory.mktemp(f"two_nodes_{tasks}")
+    torchrun_reference.start(2 * tasks)
     if tasks == 1:
         run_dir, out = tmp / "run", tmp / "job.out"
         job = sbatch(out, *RUN, f"hydra.run.dir={run_dir}")
@@ -143,13 +153,12 @@ BAD = {
 
 @pytest.mark.parametrize("bad", sorted(BAD))
 def test_a_request_the_partition_cannot_hold_is_one_line(bad, tmp_path):
-    before = set(_jobs())
     proc = multirun(*MULTI, *RUN, bad, f"hydra.sweep.dir={tmp_path}/s", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [x for x in proc.stderr.splitlines() if x.startswith("pods: error:")]
     assert len(errors) == 1 and BAD[bad] in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "s" / ".submitit").exists()
-    assert set(_jobs()) <= before
+    assert jobs_under(tmp_path) == set()  # nothing submitted, queued or ended
 
 
 # --- requeue and time limit of a two-node job ------------------------------------------------------------
@@ -160,12 +169,10 @@ RUN_LONG = [*RUN_REQUEUE, "hardware.distributed=ddp", "hardware.num_threads=1"]
 NAME = "max_variance-n4-m4-s0"
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_two_nodes(tmp_path_factory):
-    sweep = tmp_path_factory.mktemp("uninterrupted_two_nodes") / "sweep"
-    proc = multirun(*MULTI, *RUN_LONG, f"hydra.sweep.dir={sweep}")
-    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(sweep)[-4000:]
-    return sweep / NAME
+def uninterrupted_two_nodes(sweep: Path) -> Submitted:
+    """The requeue test's run, uninterrupted, on the same two nodes: started, not waited for."""
+    return Submitted([sys.executable, "-m", "pods.train", "-m", *MULTI, *RUN_LONG, f"hydra.sweep.dir={sweep}"],
+                     sweep, cwd=ROOT, env=ENV)  # fmt: skip
 
 
 def out_logs(sweep: Path) -> str:
@@ -184,10 +191,23 @@ def rank_events(sweep: Path) -> dict[int, list[tuple[str, int]]]:
     return events
 
 
-def test_two_node_job_requeued_and_timed_out_resumes_exactly(uninterrupted_two_nodes, tmp_path):
+def test_two_node_job_requeued_and_timed_out_resumes_exactly(tmp_path):
     sweep = tmp_path / "sweep"
     run_dir = sweep / NAME
-    requeue_and_time_limit([*MULTI, *RUN_LONG], sweep, run_dir, tmp_path / "submit.log", env=ENV)
+    # the uninterrupted run goes beside the requeued one once that one's handler is installed (it trains after
+    # its requeue, or has saved on both signals): neither job kills anything, and 4 CPUs a node hold both
+    ref_sweep, started = tmp_path / "uninterrupted", []
+    try:
+        requeue_and_time_limit([*MULTI, *RUN_LONG], sweep, run_dir, tmp_path / "submit.log", env=ENV,
+                               beside=lambda: started.append(uninterrupted_two_nodes(ref_sweep)))  # fmt: skip
+        if not started:
+            started.append(uninterrupted_two_nodes(ref_sweep))
+        proc = started[0].result()
+    finally:
+        for job in started:
+            job.stop()
+    assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(ref_sweep)[-4000:]
+    uninterrupted = ref_sweep / NAME
     logs = out_logs(sweep)  # each task's stdout once (pods's lines go to its stderr too)
     events = rank_events(sweep)
     assert sorted(events) == [0, 1], events
@@ -207,14 +227,11 @@ def test_two_node_job_requeued_and_timed_out_resumes_exactly(uninterrupted_two_n
     final = read_metrics(run_dir / "metrics.jsonl")[-1]["step"]
     saved = {int(p.name.split("_")[1]) for p in ckpt.checkpoints(run_dir / "checkpoints")}
     assert saved <= {n for _, n in events[0]} | {final} and final in saved, (saved, events)
-    a, b = read_metrics(uninterrupted_two_nodes / "metrics.jsonl"), read_metrics(run_dir / "metrics.jsonl")
+    a, b = read_metrics(uninterrupted / "metrics.jsonl"), read_metrics(run_dir / "metrics.jsonl")
     assert [(r["kind"], r["step"]) for r in b] == [(r["kind"], r["step"]) for r in a]  # each record once
     for x, y in zip(a, b):
         assert all(x.get(k) == y.get(k) for k in ("reward/mean", "update/loss", "eval/accuracy")), x["step"]
-    wa, wb = (
-        ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints"))
-        for d in (uninterrupted_two_nodes, run_dir)
-    )
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (uninterrupted, run_dir))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # bitwise
 
 
@@ -235,11 +252,18 @@ def node_tasks(node: str) -> list[int]:
     return tasks
 
 
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps of `run_dir`'s complete checkpoints, read without touching them while the run saves (a save
+    is published by a rename, trainer_state.pt inside; pods.checkpoint.checkpoints() would tidy up)."""
+    done = (run_dir / "checkpoints").glob("step_*")
+    return [int(p.name.split("_")[1]) for p in done if (p / "trainer_state.pt").is_file()]
+
+
 def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
-    """Kill node pods-n2's task mid-run: the job ends with one line naming the node and the step, its newest
+    """Kill node pods-n2's task mid-run, once step 4's checkpoint is complete: the job ends with one line naming the node and the step, its newest
     complete checkpoint is intact, and resume=true runs it to its end, every record once."""
     sweep = tmp_path / "sweep"
-    # 1 s a step (SLOW): the job is still training when the test has seen 4 records, on any machine
+    # 1 s a step (SLOW): the job is still training when step 4's checkpoint is complete, on any machine
     args = [*MULTI, *RUN, *SLOW, "max_steps=16", "eval.every_steps=0", f"hydra.sweep.dir={sweep}"]
     cmd = [sys.executable, "-m", "pods.train", "-m", *args]
     submit_log = tmp_path / "submit.log"
@@ -253,8 +277,9 @@ def test_a_node_whose_tasks_die_ends_the_job_in_one_line_and_resumes(tmp_path):
                 pytest.fail(f"4 records not seen in 300 s ({states})\n{_job_logs(sweep)[-3000:]}")
             time.sleep(0.5)
             runs = list(sweep.glob("*/metrics.jsonl"))
-            trained = [r for r in read_metrics(runs[0]) if r["kind"] == "train"] if runs else []
-            if len(trained) >= 4:  # past the checkpoint of step 4, while it trains
+            # past the checkpoint of step 4, while it trains. Not 4 records: step 4's record is written before
+            # its checkpoint, and a kill in between left step 2's as the newest (once in a run beside 2 busy workers)
+            if runs and max(saved_steps(runs[0].parent), default=0) >= 4:
                 killed = node_tasks("pods-n2")
                 for pid in killed:
                     os.kill(pid, signal.SIGKILL)

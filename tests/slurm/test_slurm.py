@@ -16,7 +16,7 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.slurm.conftest import job_state, submit, sweep_jobs, wait_submitter
+from tests.slurm.conftest import job_state, jobs_under, submit, sweep_jobs, wait_submitter
 
 ROOT = Path(__file__).resolve().parents[2]
 # the launcher settings a one-node CPU test cluster needs (partition `debug`, no GPUs, 1 core per task)
@@ -39,10 +39,6 @@ def _multirun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 def _train(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
-
-
-def _jobs() -> list[str]:
-    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
 
 
 def _job_logs(sweep: Path) -> str:
@@ -88,13 +84,14 @@ BAD = {
 
 @pytest.mark.parametrize("bad", sorted(BAD))
 def test_bad_input_is_one_line_before_anything_is_submitted(bad, tmp_path):
-    before = set(_jobs())
     proc = _multirun(*SLURM, "debug=smoke", "hardware=cpu", bad, f"hydra.sweep.dir={tmp_path}/s", timeout=120)
     assert proc.returncode == 2
     errors = [x for x in proc.stderr.splitlines() if x.startswith("pods: error:")]
     assert len(errors) == 1 and BAD[bad] in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "s" / ".submitit").exists()
-    assert set(_jobs()) <= before  # nothing new in the queue
+    # nothing submitted: no job from this test's directory, queued or ended (not the whole queue: the two-node
+    # tests submit theirs at the same time on another worker)
+    assert jobs_under(tmp_path) == set()
 
 
 # --- requeue and time limit ---------------------------------------------------------------------------
@@ -112,19 +109,20 @@ RUN = [
 SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    d = tmp_path_factory.mktemp("uninterrupted") / "run"
-    subprocess.run([sys.executable, "-m", "pods.train", *RUN, f"hydra.run.dir={d}"], cwd=ROOT, check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
-    return d
+def start_uninterrupted(run_dir: Path, log: Path) -> subprocess.Popen:
+    """The requeue test's run, uninterrupted, on this machine: started, not waited for; its output in `log`."""
+    cmd = [sys.executable, "-m", "pods.train", *RUN, f"hydra.run.dir={run_dir}"]
+    with log.open("w") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _job_id(sweep: Path) -> str:
     return next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_0)?", p.name))
 
 
-def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_log: Path, env=None) -> None:
+def requeue_and_time_limit(
+    args: list[str], sweep: Path, run_dir: Path, submit_log: Path, env=None, beside=lambda: None
+) -> None:
     """Run the sweep of `args` (one run, in `run_dir`) as a job with a 2-minute time limit (SIGUSR2 30 s
     before it) that sleeps 1 s a step until it saved on SIGUSR2 (SLOW); requeue it with `scontrol requeue`
     once it trains; once both have made it save (in whichever order they come), lift the time limit and
@@ -132,12 +130,16 @@ def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_l
 
     Slurm sends the signal up to 60 s before it is due: under a 1-minute limit, any time from the job's start.
     A job whose imports take longer than that (a loaded machine) got it before pods's handler was there, run
-    after run (submitit requeued it each time), and never trained. 2 minutes leave 30 s to start."""
+    after run (submitit requeued it each time), and never trained. 2 minutes leave 30 s to start.
+
+    `beside()` is called once, when the job trains again after its requeue (or, if the time limit came first,
+    once both signals are seen): work that runs beside the job's slow steps (its reference run), started
+    once its handler is installed, so that it never slows the job's start into its time limit."""
     limit = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30"]
     cmd = [sys.executable, "-m", "pods.train", "-m", *args, *limit, *SLOW, f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=submit_log.open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline, seen, requeued_start = time.monotonic() + 600, [], None
+        deadline, seen, requeued_start, beside_started = time.monotonic() + 600, [], None, False
         while proc.poll() is None:
             logs = _job_logs(sweep)
             if "SIGTERM at step" in logs and "SIGUSR2 at step" in logs:
@@ -156,6 +158,11 @@ def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_l
             if "SIGTERM at step" not in logs and start != requeued_start and trains:
                 requeue = subprocess.run(["scontrol", "requeue", _job_id(sweep)], capture_output=True)
                 requeued_start = start if requeue.returncode == 0 else requeued_start
+            elif requeued_start is not None and start > requeued_start and trains and not beside_started:
+                beside_started = True
+                beside()
+        if not beside_started:
+            beside()
         # both seen: lift the time limit (the job runs, or waits to run again) and let the run end
         for _ in range(20):
             lift = ["scontrol", "update", f"JobId={_job_id(sweep)}", "TimeLimit=10"]
@@ -170,13 +177,23 @@ def requeue_and_time_limit(args: list[str], sweep: Path, run_dir: Path, submit_l
             subprocess.run(["scancel", folder.name.split("_")[0]], check=False, capture_output=True)
 
 
-def test_requeue_and_time_limit_lose_nothing(uninterrupted, tmp_path):
+def test_requeue_and_time_limit_lose_nothing(tmp_path):
     """The two ways Slurm stops a job that comes back, in whichever order they come: `scontrol requeue` while
     it trains (SIGTERM: save, Slurm requeues) and a 2-minute time limit whose SIGUSR2 (30 s before it) makes
-    the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends."""
+    the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends.
+    The same run uninterrupted, the reference, runs on this machine beside the job's slow steps."""
     sweep = tmp_path / "sweep"
     run_dir = sweep / "max_variance-n4-m4-s0"
-    requeue_and_time_limit([*SLURM, *RUN], sweep, run_dir, tmp_path / "submit.log")
+    uninterrupted, log, started = tmp_path / "uninterrupted", tmp_path / "uninterrupted.log", []
+    try:
+        requeue_and_time_limit([*SLURM, *RUN], sweep, run_dir, tmp_path / "submit.log",
+                               beside=lambda: started.append(start_uninterrupted(uninterrupted, log)))  # fmt: skip
+        rc = started[0].wait(timeout=600)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, log.read_text()[-3000:]
     logs = _job_logs(sweep)
     assert re.search(r"SIGTERM at step \d+: checkpoint saved", logs), logs[-3000:]
     assert re.search(r"SIGUSR2 at step \d+: checkpoint saved", logs), logs[-3000:]
