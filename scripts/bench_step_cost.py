@@ -122,6 +122,12 @@ def pick_micro(device: str, rows_list: list[int], vocab: int, reps: int = 50) ->
     return out
 
 
+def headline_prompts(cfg, k: int) -> tuple[list[dict], list[str]]:
+    """The first k training rows of cfg's dataset and their prompts (the benchmarks' fixed inputs)."""
+    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[:k]]
+    return lines, [cfg.dataset.template.format(**row) for row in lines]
+
+
 def profile_decode(args, rows_per_prompt=(16, 64), top: int = 15) -> list[dict]:
     """One generate call of the headline policy at --prompts-per-step x each n rows (T=0.9), through the backend
     a run builds (the compiled graph loop on CUDA), profiled with torch.profiler after two unprofiled calls: the
@@ -131,8 +137,7 @@ def profile_decode(args, rows_per_prompt=(16, 64), top: int = 15) -> list[dict]:
 
     cfg = headline_cfg(args, Path(tempfile.gettempdir()) / "profile_decode", "none", 16, 16, [])
     trainer = Trainer(preflight(cfg), Path(tempfile.mkdtemp(prefix="profile_decode-")))
-    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
-    prompts = [cfg.dataset.template.format(**row) for row in lines]
+    _, prompts = headline_prompts(cfg, args.prompts_per_step)
     cuda = args.device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     out = []
@@ -165,8 +170,7 @@ def headline_policy(args, name: str):
     tok = AutoTokenizer.from_pretrained(cfg.model.path)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(args.device).eval()
-    lines = [json.loads(x) for x in Path(cfg.dataset.task).read_text().splitlines()[: args.prompts_per_step]]
-    return cfg, tok, model, dtype, lines, [cfg.dataset.template.format(**row) for row in lines]
+    return cfg, tok, model, dtype, *headline_prompts(cfg, args.prompts_per_step)
 
 
 def prefill_ab(args, reps: int = 4) -> list[dict]:
@@ -330,7 +334,9 @@ def main() -> None:
     p.add_argument("--prefill-ab", action="store_true", help="headline: the prefill alone, shared or per row")
     p.add_argument("--host-ab", action="store_true", help="headline: detokenize and reward, before/after")
     p.add_argument("--host-reps", type=int, default=30, help="--host-ab: calls per arm")
-    p.add_argument("--profile-decode", action="store_true", help="headline: one generate call per row count, profiled")
+    p.add_argument(
+        "--profile-decode", action="store_true", help="headline: one generate call per row count, profiled"
+    )
     p.add_argument("--label", default="")
     p.add_argument("--out", default="results/step_cost/run")
     args = p.parse_args()
