@@ -5,9 +5,7 @@ a browser and a build, a shared box) those threads are descheduled in turn and e
 for the slowest one: on the 2-core reference machine with two busy processes beside it, steps that take
 about 1 s alone took 5-30 s with 2 threads (results/threads/). The automatic choice measures how many cores
 other processes keep busy right now (/proc/stat over a short window, the 1-minute load average where that
-is unavailable) and uses the cores that are free, at least 1. Where the environment sets OMP_NUM_THREADS (a
-Slurm job, a shared box, the test suite's workers), the automatic choice is that number: whoever set it knows
-how the cores are shared.
+is unavailable) and uses the cores that are free, at least 1.
 """
 
 from __future__ import annotations
@@ -60,22 +58,12 @@ def auto_threads(cores: int | None = None, busy: float | None = None) -> int:
     return max(1, min(cores, int(cores - busy + 0.5)))
 
 
-def env_threads(environ=os.environ) -> int | None:
-    """OMP_NUM_THREADS as a positive whole number, or None where it is unset or not one (OpenMP ignores those)."""
-    value = environ.get("OMP_NUM_THREADS", "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else None
-
-
 def set_threads(requested: int, device_type: str) -> int:
-    """Apply hardware.num_threads (0 = automatic on CPU: OMP_NUM_THREADS where set, else the free cores; on a GPU
-    torch's default is left alone)."""
+    """Apply hardware.num_threads (0 = automatic on CPU; on a GPU torch's default is left alone)."""
     import torch
 
     if requested > 0:
         torch.set_num_threads(requested)
-    elif device_type == "cpu" and env_threads() is not None:
-        torch.set_num_threads(env_threads())
-        log.info("torch threads: %d (automatic: OMP_NUM_THREADS)", env_threads())
     elif device_type == "cpu":
         cores, busy = usable_cores(), busy_cores()
         n = auto_threads(cores, busy)

@@ -119,10 +119,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_configure(config):
-    """Under `-n N`, each worker's torch gets its share of the cores (at least one thread), and so do the runs it
-    starts (OMP_NUM_THREADS, which pods's automatic thread count follows): with 3 workers on 2 cores, two threads
-    each leave OpenMP threads waiting on descheduled ones, and tests/rollout, reward, update and selector took
-    215 s instead of 134 s on the 2-core machine (2026-11-28)."""
+    """Under `-n N`, each worker's torch gets its share of the cores (at least one thread), and so do the helper
+    processes it starts (OMP_NUM_THREADS; a pods run on the CPU still picks its own, hardware.num_threads=0): with
+    3 workers on 2 cores, two threads each leave OpenMP threads waiting on descheduled ones, and tests/rollout,
+    reward, update and selector took 215 s instead of 134 s on the 2-core machine (2026-11-28)."""
     if hasattr(config, "workerinput") and "OMP_NUM_THREADS" not in os.environ:
         import torch
 

@@ -1,6 +1,6 @@
 """hardware.num_threads=0: torch gets the cores other processes leave free, at least one."""
 
-from pods.threads import auto_threads, busy_cores, env_threads, set_threads
+from pods.threads import auto_threads, busy_cores, set_threads
 
 
 def test_auto_threads_uses_the_free_cores():
@@ -25,25 +25,5 @@ def test_explicit_threads_win_and_gpu_keeps_torch_default():
         assert set_threads(1, "cpu") == 1
         torch.set_num_threads(before)
         assert set_threads(0, "cuda") == before
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_omp_num_threads_is_the_automatic_choice_where_set(monkeypatch):
-    import torch
-
-    assert env_threads({"OMP_NUM_THREADS": "3"}) == 3
-    assert env_threads({}) is None
-    for bad in ("0", "-2", "two", "", "2,1"):  # not a positive whole number: OpenMP ignores it, so does pods
-        assert env_threads({"OMP_NUM_THREADS": bad}) is None, bad
-    before = torch.get_num_threads()
-    try:
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert set_threads(0, "cpu") == 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "2")
-        assert set_threads(0, "cpu") == 2
-        assert set_threads(1, "cpu") == 1  # hardware.num_threads given: it wins over the environment
-        monkeypatch.delenv("OMP_NUM_THREADS")
-        assert 1 <= set_threads(0, "cpu") <= torch.get_num_threads() <= 4096  # the free cores again
     finally:
         torch.set_num_threads(before)

@@ -28,7 +28,7 @@ PAIR="grpo16:none:16:16,pods64:max_variance:64:16"
 if [ "${SMOKE:-0}" = 1 ]; then
   export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
   GPUS=(0 0 0 0); WIN=${WIN:-3}; B="python3 scripts/bench_step_cost.py --device cpu --threads 1"
-  ST=2; PPS=1; BATCHES=(32 64); HW="hardware=cpu"; EVERY=2
+  ST=2; PPS=1; BATCHES=(32 64); HW="hardware=cpu"; EVERY=2; PACK_SEEDS=9001  # packed: 1 GRPO + 1 PODS run
   SMALL="model.max_completion_len=8 dataset.eval_size=8 eval.num_samples=1 max_steps=2 algo.prompts_per_step=$PPS"
   BSMALL="--set model.max_completion_len=8"
 else
@@ -37,7 +37,7 @@ else
   mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader)
   [ "${#GPUS[@]}" -ge 4 ] || { echo "needs 4 GPUs, found ${#GPUS[@]}"; exit 1; }
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
-  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""
+  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002
 fi
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); frozen: lr $LR, $SETTING_EXTRA; window ${WIN}s"
 # the confirm calls' common setting (scripts/device/headline_v4.sh), with the rollout batch left to each GPU
@@ -57,7 +57,7 @@ host() {
 }
 packed() {  # packed <gpu> <rollout batch>
   CUDA_VISIBLE_DEVICES=$1 timeout -k 10 $((WIN + 200)) python3 scripts/launch_parallel.py --gpus 1 --per-gpu 4 \
-    --out "$R/packed_b$2" --sweep seed=9001,9002 --sweep arm=none-n16-m16,max_variance-n64-m16 \
+    --out "$R/packed_b$2" --sweep seed=$PACK_SEEDS --sweep arm=none-n16-m16,max_variance-n64-m16 \
     -- $(echo $COMMON) rollout.batch_size="$2" > "$R/packed_b$2.log" 2>&1
   echo "packed batch $2 rc=$? at ${SECONDS}s"
 }
@@ -107,7 +107,8 @@ tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude=
   for b in "${BATCHES[@]}"; do echo "## Alone on one GPU, rollout batch $b"; cat "$R/alone_b$b/results.md" 2>/dev/null; echo; done
   echo "## Host work before/after (detokenize, reward)"; cat "$R/host_ab/results.md" 2>/dev/null; echo
   for b in "${BATCHES[@]}"; do
-    echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch $b"
+    k=$(echo "$PACK_SEEDS" | tr , ' ' | wc -w)
+    echo "## $((2 * k)) runs on one GPU ($k GRPO 16/16 + $k PODS 64/16, eval every ${EVERY}s), rollout batch $b"
     python3 scripts/phase_totals.py "$R/packed_b$b" 2>&1; echo
   done
 } > "$O/table.md"
