@@ -78,13 +78,13 @@ def test_smoke_pilot_then_confirm(tmp_path):
     frozen.write_text(
         f'LR=2e-5\nWARMUP_STEPS=100\nPOLICY_SHA256={SHA}\nSETTING_EXTRA="eval.num_samples=2"\nALONE_PAIR=0\n'
     )
-    r = run(tmp_path, "confirm", "--seeds", "1-1", FROZEN=str(frozen), OUT=str(tmp_path / "out2"))  # 1 seed: 2 runs
+    r = run(tmp_path, "confirm", "--seeds", "1-2", FROZEN=str(frozen), OUT=str(tmp_path / "out2"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     table = (tmp_path / "out2" / "table.md").read_text()
     assert "Time to threshold" in table and "| confirm | " in table
     with tarfile.open(tmp_path / "out2" / "confirm.tgz") as t:
         runs = [n for n in t.getnames() if n.endswith("config.yaml") and n.count("/") == 2]  # confirm/<run>/
         configs = [t.extractfile(n).read().decode() for n in runs]
-    assert len(configs) == 2 and all("warmup_steps: 100" in c and "lr: 2.0e-05" in c for c in configs)
+    assert len(configs) == 4 and all("warmup_steps: 100" in c and "lr: 2.0e-05" in c for c in configs)
     assert all("num_samples: 2" in c for c in configs)
     assert "no step-cost pair alone" in r.stdout and not (tmp_path / "out2" / "alone.tgz").exists()

@@ -7,6 +7,7 @@ tool returns at most 8 files, so $OUT must hold only the table and one archive."
 import os
 import re
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -15,12 +16,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_script(tmp_path: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    """The script under SMOKE=1 with this interpreter first on PATH (its `python3`), scratch and output in
+    tmp_path (two runs at once never share a folder)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SMOKE": "1",
+           "OUT": str(out), "STEP_COST_WORK": str(tmp_path / "work"), "HOME": str(tmp_path), **env}  # fmt: skip
+    return subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+
+
 @pytest.mark.slow
 def test_step_cost_v4_smoke(tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "HOME": str(tmp_path)}
-    r = subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=900)  # fmt: skip
+    r = run_script(tmp_path, out)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["step_cost_v4.tgz", "table.md"]
     table = (out / "table.md").read_text()
@@ -31,7 +39,7 @@ def test_step_cost_v4_smoke(tmp_path):
         assert grpo > 0 and pods > 0, step
         packed = table.split(f"rollout batch {batch}\n")[-1].split("Means over seeds")[0]
         runs = [line for line in packed.splitlines() if line.startswith("| seed-")]
-        assert len(runs) == 2, packed  # SMOKE packs 1 seed x GRPO 16/16 and PODS 64/16 (the device call 2 seeds)
+        assert len(runs) == 2, packed  # SMOKE: 1 seed x GRPO 16/16 and PODS 64/16 (on the device 2 seeds)
         assert all(float(line.split("|")[3]) >= 1 for line in runs), packed  # every run took a step
     assert "| detokenize |" in table and "| reward |" in table  # the host-work A/B
     with tarfile.open(out / "step_cost_v4.tgz") as t:
@@ -43,9 +51,7 @@ def test_step_cost_v4_smoke(tmp_path):
 def test_step_cost_v4_cache_part_smoke(tmp_path):
     """PART=cache: the pair alone at the larger batch under each cache variant, every one with its own table."""
     out = tmp_path / "out"
-    env = {**os.environ, "SMOKE": "1", "PART": "cache", "OUT": str(out), "HOME": str(tmp_path)}
-    r = subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=900)  # fmt: skip
+    r = run_script(tmp_path, out, PART="cache")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["step_cost_v4.tgz", "table.md"]
     table = (out / "table.md").read_text()

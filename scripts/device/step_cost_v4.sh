@@ -19,7 +19,7 @@
 #                                             # run's records and log)
 # SMOKE=1: every part shrunk to seconds on the CPU, one after another (the script's own test; not evidence).
 set -o pipefail
-O=${OUT:-/tmp/step_cost_v4_out}; R=/tmp/step_cost_v4; rm -rf "$R"; mkdir -p "$R" "$O"
+O=${OUT:-/tmp/step_cost_v4_out}; R=${STEP_COST_WORK:-/tmp/step_cost_v4}; rm -rf "$R"; mkdir -p "$R" "$O"  # R: scratch
 FROZEN=${FROZEN:-results/headline_v4/frozen.env}
 LR=""; WARMUP_STEPS=""; SETTING_EXTRA=""; source "$FROZEN"
 [ -n "$LR" ] && [ -n "$WARMUP_STEPS" ] || { echo "$FROZEN needs LR= and WARMUP_STEPS="; exit 1; }
