@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,13 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False  # xdist would sort the units by their number of tests
     return ByUnit(config, log)
+
+
+def script_env(**extra: str) -> dict[str, str]:
+    """The environment for a repository script a test runs (`bash scripts/...`): this interpreter's folder first on
+    PATH, so the script's `python`/`python3` is the one running the tests (with pods's dependencies) whether or not
+    a virtual environment is activated, plus the test's own variables."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
 
 
 def pytest_configure(config):

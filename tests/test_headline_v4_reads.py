@@ -1,14 +1,13 @@
 """scripts/headline_v4_reads.sh: every registered read of headline v4 over two fabricated calls."""
 
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from tests.analysis.test_pilot_seed_checks import gradual, write_run
+from tests.conftest import script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,11 +25,7 @@ def test_reads_over_two_calls(tmp_path):
             t.add(w, arcname="confirm")
         calls.append(f"{c}={tmp_path / c}")
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "HV4R": str(tmp_path / "r"),
-    }
+    env = script_env(HV4R=str(tmp_path / "r"))
     subprocess.run(
         ["bash", "scripts/headline_v4_reads.sh", "confirm", str(out), *calls], cwd=ROOT, env=env, check=True
     )

@@ -1,14 +1,14 @@
 """scripts/device/headline_v4.sh under SMOKE=1 on the CPU: the whole pilot (both settings, the step-cost runs
 alone, the per-seed checks) and a confirmatory call, plus its one-line refusals of bad input before any run."""
 
-import os
 import re
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = re.search(r"^POLICY_SHA256=(\w+)$", (ROOT / "results/headline_v3/frozen.env").read_text(), re.M).group(
@@ -17,14 +17,9 @@ SHA = re.search(r"^POLICY_SHA256=(\w+)$", (ROOT / "results/headline_v3/frozen.en
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "SMOKE": "1",
-        "OUT": str(tmp_path / "out"),
-        "HV4_WORK": str(tmp_path / "work"),
-        **env,
-    }
+    env = script_env(
+        **{"SMOKE": "1", "OUT": str(tmp_path / "out"), "HV4_WORK": str(tmp_path / "work"), **env}
+    )
     return subprocess.run(
         ["bash", "scripts/device/headline_v4.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True
     )

@@ -1,17 +1,17 @@
 """scripts/device/step_cost_v4.sh (issue 38 at headline v4's frozen shape) runs its four parts end to end on the
 CPU (SMOKE=1: one prompt, 8 new tokens, a few seconds of training clock): the pair alone at two rollout batch
 sizes, the host-work A/B, and the confirm calls' packing (on the device 2 GRPO + 2 PODS runs a GPU, under SMOKE
-one of each) at both batch sizes. The device
-tool returns at most 8 files, so $OUT must hold only the table and one archive."""
+one of each) at both batch sizes. The device tool returns at most 8 files, so $OUT must hold only the table and
+one archive."""
 
-import os
 import re
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_script(tmp_path: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
     """The script under SMOKE=1 with this interpreter first on PATH (its `python3`), scratch and output in
     tmp_path (two runs at once never share a folder)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SMOKE": "1",
-           "OUT": str(out), "STEP_COST_WORK": str(tmp_path / "work"), "HOME": str(tmp_path), **env}  # fmt: skip
+    env = script_env(
+        SMOKE="1", OUT=str(out), STEP_COST_WORK=str(tmp_path / "work"), HOME=str(tmp_path), **env
+    )
     return subprocess.run(["bash", "scripts/device/step_cost_v4.sh"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)  # fmt: skip
 

@@ -106,8 +106,8 @@ tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude=
 {
   for b in "${BATCHES[@]}"; do echo "## Alone on one GPU, rollout batch $b"; cat "$R/alone_b$b/results.md" 2>/dev/null; echo; done
   echo "## Host work before/after (detokenize, reward)"; cat "$R/host_ab/results.md" 2>/dev/null; echo
+  k=$(echo "$PACK_SEEDS" | tr , ' ' | wc -w)  # seeds packed per arm
   for b in "${BATCHES[@]}"; do
-    k=$(echo "$PACK_SEEDS" | tr , ' ' | wc -w)
     echo "## $((2 * k)) runs on one GPU ($k GRPO 16/16 + $k PODS 64/16, eval every ${EVERY}s), rollout batch $b"
     python3 scripts/phase_totals.py "$R/packed_b$b" 2>&1; echo
   done
