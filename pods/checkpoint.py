@@ -32,13 +32,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from pods.errors import CheckpointError
+
 LATEST = "latest"
 META = "meta.json"
 log = logging.getLogger("pods")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written; the message says why and what is left intact."""
 
 
 class Stateful(Protocol):

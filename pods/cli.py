@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
+from pods.errors import CheckpointError
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -46,7 +47,6 @@ def composed() -> None:
 def one_line_errors():
     """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint)
     is one line and exit 2."""
-    from pods.checkpoint import CheckpointError
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError

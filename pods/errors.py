@@ -1,4 +1,4 @@
-"""The config error and the one-line checks every settings class uses (no imports of pods: any module may use it).
+"""The config and checkpoint errors and the one-line checks every settings class uses (no imports of pods: any module may use it).
 
 Each message names the key, the bad value and what is allowed: `selector.m=80 must be between 1 and ...`.
 """
@@ -11,6 +11,11 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key and the allowed values."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the message says why and what is left intact (raised by
+    pods/checkpoint.py; defined here so that the command line can name it without importing torch)."""
 
 
 def choice(key: str, value: Any, allowed) -> None:

@@ -93,12 +93,14 @@ def preflight(cfg) -> TrainConfig:
     update's layout). Returns the run's typed settings (pods.config.TrainConfig, frozen), the only form of
     the config the stages see."""
     from pods.components import checked
+
+    load_plugins(list(cfg.plugins))
+    c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
+    # torch and transformers load only now: a config refused above costs about a second, not six
     from pods.memory import settle_hardware
     from pods.models import check_model_source, resolve_device
     from pods.rollout import RolloutSettings, backend_class
 
-    load_plugins(list(cfg.plugins))
-    c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
     backend = backend_class(c.rollout.name)
     check_task_config(c.dataset)
     device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
@@ -114,13 +116,15 @@ def run(cfg, callbacks=()) -> dict:
     """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own.
     Ctrl-C and SIGTERM (and Slurm's signals in a Slurm job) end it with a checkpoint (pods/signals.py)."""
     from pods import signals, slurm
-    from pods.trainer import Trainer
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
     stop = signals.handler()  # from here a signal is noted; the loop saves and exits at a step boundary
     run_dir = OmegaConf.select(cfg, "run_dir", default=None)
     try:
         c = preflight(cfg)
+        # after the checks: a bad config is refused without loading the trainer's stack
+        from pods.trainer import Trainer
+
         trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
         config = Path(c.run_dir) / "config.yaml"
         if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,23 @@ def pytest_configure(config):
         n = max(1, usable_cores() // int(config.workerinput.get("workercount", 1)))
         os.environ["OMP_NUM_THREADS"] = str(n)
         torch.set_num_threads(n)
+
+
+# PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch) and node id, one line
+# each (tab-separated, appended by every xdist worker), to see what each worker did when: scripts/test_timeline.py
+# draws the timeline and names the longest worker's chain.
+TIMELINE = "PODS_TEST_TIMELINE"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get(TIMELINE)
+    start = time.time()
+    yield
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a") as f:  # one short write per line: the workers' lines do not interleave
+            f.write(f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\n")
 
 
 def pytest_collection_modifyitems(config, items):

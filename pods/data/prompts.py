@@ -39,6 +39,16 @@ def max_token_chars(tok) -> int | None:
     return cached
 
 
+def token_counts(texts: list[str], tok, add_special_tokens: bool = False, batch: int = 2048) -> list[int]:
+    """Each text's length in tokens, as `tok(text)` counts it, encoded a batch at a time (a fast tokenizer
+    encodes a batch in one call to its Rust code: 20,000 prompts one by one cost about 2.5 s of CPU)."""
+    counts: list[int] = []
+    for i in range(0, len(texts), batch):
+        ids = tok(texts[i : i + batch], add_special_tokens=add_special_tokens)["input_ids"]
+        counts.extend(len(x) for x in ids)
+    return counts
+
+
 def length_checked(
     examples, fmt, tok, limit: int, report: DataReport, on_bad_rows: str, add_special_tokens: bool = False
 ) -> PromptSet:
@@ -49,12 +59,19 @@ def length_checked(
     reason = f"prompt longer than model.max_prompt_len={limit}"
     per_token = max_token_chars(tok)
     max_chars = limit * per_token if per_token else math.inf  # longer in characters: longer in tokens
+    formatted = []
     for ex in examples:
         if len(ex.question) > max_chars:  # not tokenized: a 10 MB line cost 20 s in the tokenizer
             report.add_bad(reason)
             continue
         p = fmt(ex)
-        if len(p) > max_chars or len(tok(p, add_special_tokens=add_special_tokens)["input_ids"]) > limit:
+        if len(p) > max_chars:
+            report.add_bad(reason)
+            continue
+        formatted.append((ex, p))
+    lengths = token_counts([p for _, p in formatted], tok, add_special_tokens)
+    for (ex, p), n in zip(formatted, lengths, strict=True):
+        if n > limit:
             report.add_bad(reason)
             continue
         prompts.append(p)

@@ -171,11 +171,22 @@ def test_json_array_and_broken_parquet(tmp_path):
         load_examples(dcfg(task=bad), "train")
 
 
+def word_tokenizer(bos: str | None = None):
+    """A tokenizer of one token a word (and a BOS with add_special_tokens), called as a Hugging Face tokenizer
+    is: on one text or a list of texts."""
+
+    def tok(text, add_special_tokens=False):
+        ids = lambda t: ([bos] if bos and add_special_tokens else []) + t.split()  # noqa: E731
+        return {"input_ids": [ids(t) for t in text] if isinstance(text, list) else ids(text)}
+
+    return tok
+
+
 def test_kept_counts_prompts_left_after_the_length_filter():
     from pods.data.prompts import length_checked
     from pods.data.tasks import DataReport, Example
 
-    tok = lambda text, add_special_tokens=False: {"input_ids": text.split()}  # noqa: E731 - one token a word
+    tok = word_tokenizer()
     examples = [Example(0, "a b", "1"), Example(1, "a b c d", "2"), Example(2, "a", "3")]
     report = DataReport(split="train", rows=3, kept=3)
     prompts = length_checked(examples, lambda ex: ex.question, tok, 3, report, "skip").prompts
@@ -188,11 +199,22 @@ def test_length_check_counts_the_special_tokens_rollout_adds():
     from pods.data.prompts import length_checked
     from pods.data.tasks import DataReport, Example
 
-    def tok(text, add_special_tokens=False):
-        return {"input_ids": (["<bos>"] if add_special_tokens else []) + text.split()}
-
+    tok = word_tokenizer(bos="<bos>")
     examples = [Example(0, "a b c", "1"), Example(1, "a b", "2")]
     kept = length_checked(examples, lambda ex: ex.question, tok, 3, DataReport("train"), "skip", True)
     assert kept.prompts == ["a b"] and kept.report.bad == {"prompt longer than model.max_prompt_len=3": 1}
     plain = length_checked(examples, lambda ex: ex.question, tok, 3, DataReport("train"), "skip", False)
     assert plain.prompts == ["a b c", "a b"]
+
+
+def test_token_counts_match_the_tokenizer_one_text_at_a_time():
+    """The length filter encodes prompts a batch at a time; each count is the one encoding that text alone
+    gives, across batch boundaries, with and without special tokens (the tiny policy's real tokenizer)."""
+    import pods
+    from pods.data.prompts import token_counts
+
+    tok = pytest.importorskip("transformers").AutoTokenizer.from_pretrained(pods.ASSETS / "tiny")
+    texts = ["", "1 + 2 =", "Ünïcödé  spaces\n\ttabs", "x" * 300, *(f"{i} * {i + 7} = ?" for i in range(20))]
+    for special in (False, True):
+        one_by_one = [len(tok(t, add_special_tokens=special)["input_ids"]) for t in texts]
+        assert token_counts(texts, tok, special, batch=3) == one_by_one
