@@ -9,10 +9,12 @@ when it went idle; then the suite's span, the share of worker-seconds busy, and 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.conftest import xdist_unit
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/ (its xdist units)
+from tests.conftest import xdist_unit  # noqa: E402
 
 
 def read(path: Path) -> list[tuple[str, float, float, str]]:

@@ -17,7 +17,8 @@
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
-# SMOKE=1: every part shrunk to seconds on the CPU, one after another (the script's own test; not evidence).
+# SMOKE=1: every part shrunk to seconds on the CPU, one after another, the packing at the smaller batch only (the
+# script's own test; not evidence).
 set -o pipefail
 O=${OUT:-/tmp/step_cost_v4_out}; R=${STEP_COST_WORK:-/tmp/step_cost_v4}; rm -rf "$R"; mkdir -p "$R" "$O"  # R: scratch
 FROZEN=${FROZEN:-results/headline_v4/frozen.env}
@@ -29,6 +30,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
   GPUS=(0 0 0 0); WIN=${WIN:-3}; B="python3 scripts/bench_step_cost.py --device cpu --threads 1"
   ST=2; PPS=1; BATCHES=(32 64); HW="hardware=cpu"; EVERY=2; PACK_SEEDS=9001  # packed: 1 GRPO + 1 PODS run
+  PACKED=(32)  # packed at one batch size: the second runs the same code (2 CPU runs fewer)
   SMALL="model.max_completion_len=8 dataset.eval_size=8 eval.num_samples=1 max_steps=2 algo.prompts_per_step=$PPS"
   BSMALL="--set model.max_completion_len=8"
 else
@@ -37,7 +39,7 @@ else
   mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader)
   [ "${#GPUS[@]}" -ge 4 ] || { echo "needs 4 GPUs, found ${#GPUS[@]}"; exit 1; }
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
-  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002
+  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002; PACKED=(512 1024)
 fi
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); frozen: lr $LR, $SETTING_EXTRA; window ${WIN}s"
 # the confirm calls' common setting (scripts/device/headline_v4.sh), with the rollout batch left to each GPU
@@ -94,7 +96,7 @@ if [ "${PART:-pair}" = cache ]; then
   cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
 fi
 if [ "${SMOKE:-0}" = 1 ]; then
-  alone 0 "${BATCHES[0]}"; host 0; alone 0 "${BATCHES[1]}"; packed 0 "${BATCHES[0]}"; packed 0 "${BATCHES[1]}"
+  alone 0 "${BATCHES[0]}"; host 0; alone 0 "${BATCHES[1]}"; packed 0 "${BATCHES[0]}"
 else
   { alone "${GPUS[0]}" "${BATCHES[0]}"; host "${GPUS[0]}"; } &
   alone "${GPUS[1]}" "${BATCHES[1]}" &
@@ -107,7 +109,7 @@ tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude=
   for b in "${BATCHES[@]}"; do echo "## Alone on one GPU, rollout batch $b"; cat "$R/alone_b$b/results.md" 2>/dev/null; echo; done
   echo "## Host work before/after (detokenize, reward)"; cat "$R/host_ab/results.md" 2>/dev/null; echo
   k=$(echo "$PACK_SEEDS" | tr , ' ' | wc -w)  # seeds packed per arm
-  for b in "${BATCHES[@]}"; do
+  for b in "${PACKED[@]}"; do
     echo "## $((2 * k)) runs on one GPU ($k GRPO 16/16 + $k PODS 64/16, eval every ${EVERY}s), rollout batch $b"
     python3 scripts/phase_totals.py "$R/packed_b$b" 2>&1; echo
   done
