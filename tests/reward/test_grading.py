@@ -20,6 +20,14 @@ BOMB = "<answer>10^{10^{10^{10}}}</answer>"  # sympy tries to evaluate it; 0.2 s
 SLACK_S = 5.0
 
 
+def graded_generously(grader, monkeypatch, completion: str, gold: str) -> float:
+    """A well-formed answer graded under a timeout that holds on a loaded machine (SLACK_S): after a test shortens
+    the timeout so that a bomb is cut off, the correct answer it grades next must not be cut off as well (a
+    symbolic comparison on a fresh, descheduled worker can take longer than 0.3 s)."""
+    monkeypatch.setattr(grader, "timeout_s", SLACK_S)
+    return grader.score(completion, gold)
+
+
 @pytest.fixture(scope="module")
 def grader():
     g = Grader(timeout_s=0.5).start()
@@ -137,8 +145,8 @@ def test_percent_is_flagged():
         ("<answer>a long answer " + "x" * 300 + "</answer>", "x", 0.0),  # over max_answer_chars
     ],
 )
-def test_grader_scores(grader, completion, gold, want):
-    assert grader.score(completion, gold) == want
+def test_grader_scores(grader, monkeypatch, completion, gold, want):
+    assert graded_generously(grader, monkeypatch, completion, gold) == want
 
 
 def test_keeps_the_end_of_long_completions():
@@ -181,7 +189,7 @@ def test_bomb_times_out_and_the_next_answer_is_fine(grader, monkeypatch):
     n, t0 = grader.n_timeouts, time.perf_counter()
     assert grader.score(BOMB, "5") == 0.0
     assert time.perf_counter() - t0 < 0.2 + SLACK_S and grader.n_timeouts == n + 1
-    assert grader.score("<answer>\\frac{1}{2}</answer>", "0.5") == 1.0
+    assert graded_generously(grader, monkeypatch, "<answer>\\frac{1}{2}</answer>", "0.5") == 1.0
 
 
 def test_parent_kills_a_worker_that_ignores_its_alarm(grader, monkeypatch):
@@ -196,7 +204,7 @@ def test_parent_kills_a_worker_that_ignores_its_alarm(grader, monkeypatch):
         assert pids - {w.proc.pid for w in grader._pool._workers}  # the parent killed and replaced one
     assert grader.n_timeouts == n + 2
     _wait_for_spare(grader)
-    assert grader.score("<answer>1+x^2</answer>", "x^2+1") == 1.0
+    assert graded_generously(grader, monkeypatch, "<answer>1+x^2</answer>", "x^2+1") == 1.0
 
 
 def _when_busy(workers, act) -> threading.Thread:
@@ -227,7 +235,7 @@ def test_a_crashed_worker_counts_as_an_error(grader, monkeypatch):
     assert grader.score("<answer>1+x^2</answer>", "x^2+1") == 1.0  # replaced
 
 
-def test_workers_that_died_idle_are_replaced(grader):
+def test_workers_that_died_idle_are_replaced(grader, monkeypatch):
     _wait_for_spare(grader)
     for w in grader._pool._workers:
         w.proc.kill()
@@ -236,15 +244,17 @@ def test_workers_that_died_idle_are_replaced(grader):
     assert grader.score("<answer>1+x^2</answer>", "x^2+1") in (0.0, 1.0)
     assert time.perf_counter() - t0 < grader.timeout_s + SLACK_S  # no worker ready: a timeout, bounded
     _wait_for_spare(grader)
-    assert grader.score("<answer>1+x^2</answer>", "x^2+1") == 1.0
+    assert graded_generously(grader, monkeypatch, "<answer>1+x^2</answer>", "x^2+1") == 1.0
 
 
 def test_grading_off_the_main_thread_is_bounded(grader, monkeypatch):
     monkeypatch.setattr(grader, "timeout_s", 0.2)
     got, n = {}, grader.n_timeouts
 
-    def work():
-        for name, completion, gold in [("bomb", BOMB, "5"), ("ok", "<answer>\\frac{2}{4}</answer>", "0.5")]:
+    def work():  # the bomb under 0.2 s, the correct answer under a timeout that holds on a loaded machine
+        for name, completion, gold, timeout in [
+            ("bomb", BOMB, "5", 0.2), ("ok", "<answer>\\frac{2}{4}</answer>", "0.5", SLACK_S)]:  # fmt: skip
+            grader.timeout_s = timeout  # monkeypatch (above) restores it after the test
             t0 = time.perf_counter()
             got[name] = (grader.score(completion, gold), time.perf_counter() - t0)
 
@@ -308,7 +318,7 @@ def test_a_signal_for_the_trainer_does_not_cost_a_grade(grader, monkeypatch, sig
     t.join()
     assert (grader.n_errors, grader.n_timeouts) == (errors, timeouts + 1)  # a timeout, as without the signal
     _wait_for_spare(grader)
-    assert grader.score("<answer>1+x^2</answer>", "x^2+1") == 1.0
+    assert graded_generously(grader, monkeypatch, "<answer>1+x^2</answer>", "x^2+1") == 1.0
 
 
 def _record_jobs(monkeypatch) -> list:
@@ -324,7 +334,9 @@ def _record_jobs(monkeypatch) -> list:
 
 
 def test_batch_grades_each_distinct_pair_once(grader, monkeypatch):
-    monkeypatch.setattr(grader, "timeout_s", 0.3)
+    # one timeout for the whole batch: long enough for the correct pair on a loaded machine, and the bomb (hours
+    # of sympy) still times out; the bomb's 16 copies cost one timeout, not 16
+    monkeypatch.setattr(grader, "timeout_s", SLACK_S)
     sent, n = _record_jobs(monkeypatch), grader.n_timeouts
     scores = grader.score_batch([BOMB] * 16 + ["<answer>1+x^2</answer>"] * 4, ["5"] * 16 + ["x^2+1"] * 4)
     assert scores == [0.0] * 16 + [1.0] * 4
