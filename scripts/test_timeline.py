@@ -72,9 +72,10 @@ def main(argv: list[str] | None = None) -> None:
         f"\nspan {span:.0f} s; {len(by_worker)} workers busy {busy_all:.0f} of {span * len(by_worker):.0f} worker-s "
         f"({busy_all / (span * len(by_worker)):.0%})"
     )
-    per_unit: dict[str, float] = defaultdict(float)
-    for _, s, e, nodeid in rows:
-        per_unit[xdist_unit(nodeid)] += e - s
+    per_unit: dict[str, float] = defaultdict(float)  # a unit runs on one worker: its busy seconds there
+    for units in by_worker.values():
+        for unit, _, _, busy in units:
+            per_unit[unit] += busy
     print(f"\nslowest {a.top} units:")
     for unit, sec in sorted(per_unit.items(), key=lambda kv: -kv[1])[: a.top]:
         print(f"  {sec:7.1f} s  {unit}")

@@ -144,7 +144,7 @@ def pytest_configure(config):
 
 # PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch) and node id, one line
 # each (tab-separated, appended by every xdist worker), to see what each worker did when: scripts/test_timeline.py
-# draws the timeline and names the longest worker's chain.
+# prints each worker's units in order (and draws them with --png) and the slowest units and tests.
 TIMELINE = "PODS_TEST_TIMELINE"
 
 
