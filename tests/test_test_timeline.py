@@ -1,0 +1,39 @@
+"""scripts/test_timeline.py reads a PODS_TEST_TIMELINE file: each worker's units in the order it ran them, the
+busy share, the slowest units and tests; a malformed line is refused naming its line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/test_timeline.py", str(path), "--top", "2"], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_units_in_order_and_the_busy_share(tmp_path):
+    tl = tmp_path / "tl.tsv"
+    tl.write_text(
+        "gw0\t100\t130\ttests/slurm/test_slurm.py::a\n"
+        "gw0\t130\t150\ttests/slurm/test_slurm_distributed.py::b\n"  # the same unit: tests/slurm/
+        "gw1\t100\t112\ttests/test_x.py::c\n"
+        "gw1\t112\t140\ttests/test_y.py::d\n"
+    )
+    r = run(tl)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "## gw0: busy 50 s, idle from 50 s of 50 s" in out and "tests/slurm/" in out
+    assert out.index("tests/test_x.py") < out.index("tests/test_y.py")  # the order gw1 ran them
+    assert "2 workers busy 90 of 100 worker-s (90%)" in out
+    units = out.split("slowest 2 units:")[1].split("slowest 2 tests:")[0]
+    assert units.split() == ["50.0", "s", "tests/slurm/", "28.0", "s", "tests/test_y.py"]
+    assert out.split("slowest 2 tests:")[1].split()[2] == "tests/slurm/test_slurm.py::a"
+
+
+def test_a_malformed_line_is_named(tmp_path):
+    tl = tmp_path / "tl.tsv"
+    tl.write_text("gw0\t1\t2\ttests/a.py::x\nnot a timeline line\n")
+    r = run(tl)
+    assert r.returncode != 0 and f"{tl}:2: expected worker, start, end, node id" in r.stderr
