@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -32,6 +33,7 @@ from pods.reward.numbers import Number, numbers_equal, parse_number
 
 __all__ = ["Grader", "Pool", "extract_answer", "parse_number"]
 
+log = logging.getLogger("pods")
 START_TIMEOUT_S = 120.0
 START_RETRIES = 3  # deaths per worker before the pool gives up starting
 WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -91,10 +93,19 @@ class Grader:
     n_timeouts: int = 0
     n_errors: int = 0
     _pool: Pool | None = field(default=None, init=False, repr=False)
+    _start_error: str | None = field(default=None, init=False, repr=False)
+    _start_logged: bool = field(default=False, init=False, repr=False)
 
     def start(self) -> Grader:
+        """Start the worker pool (once). A pool that failed to start raises the same error again, at once."""
+        if self._start_error is not None:
+            raise RuntimeError(self._start_error)
         if self._pool is None:
-            self._pool = Pool(self.workers or default_workers())
+            try:
+                self._pool = Pool(self.workers or default_workers())
+            except RuntimeError as e:
+                self._start_error = str(e)
+                raise
         return self
 
     def close(self) -> None:
@@ -137,7 +148,10 @@ class Grader:
                 got = self.start()._pool.verify_many(
                     list(pending), self.timeout_s, self.soft_fraction, self.batch_timeout_s or None
                 )
-            except Exception:
+            except Exception as e:
+                if self._pool is None and not self._start_logged:  # the workers did not start: say so once
+                    self._start_logged = True
+                    log.error("math-verify grading is unavailable; answers it must decide score 0 as errors: %s", e)
                 got = ["error"] * len(pending)
             for idx, v in zip(pending.values(), got, strict=True):
                 for i in idx:

@@ -136,3 +136,47 @@ def test_empty_weights_fail():
 def test_length_mismatch_fails(reward):
     with pytest.raises(ValueError, match="2 completions but 1 answers"):
         reward([GOOD, GOOD], ["4"])
+
+
+def test_workers_start_with_the_run_only_when_a_gold_answer_is_not_a_plain_number():
+    """Plain-number gold answers: no worker process until a completion needs math-verify; then it starts and
+    decides. A gold answer math-verify must read: the workers start at once (Reward.prepare)."""
+    r = build_reward(cfg())
+    try:
+        assert r.prepare(["4", "-7", "1,000", "2.50", "\\frac{3}{4}"]) is False
+        assert r.grader._pool is None
+        assert r(["<answer>4</answer>"], ["4"]).terms["accuracy"] == [1.0]
+        assert r.grader._pool is None  # graded in this process
+        assert r(["<answer>2+2</answer>"], ["4"]).terms["accuracy"] == [1.0]  # math-verify's verdict
+        assert r.grader._pool is not None
+    finally:
+        r.close()
+    r = build_reward(cfg())
+    try:
+        assert r.prepare(["4", "x^2+1"]) is True and r.grader._pool is not None
+    finally:
+        r.close()
+
+
+def test_workers_that_cannot_start_on_first_need_score_errors_and_are_not_retried(monkeypatch, caplog):
+    """A pool that fails to start when a batch first needs it: that batch's undecided answers are errors, the
+    failure is logged once, and later batches do not try (and wait) again."""
+    import sys
+
+    from pods.reward import grading
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    starts = []
+    real = grading.Pool.__init__
+    monkeypatch.setattr(grading.Pool, "__init__", lambda self, size: (starts.append(size), real(self, size))[1])
+    r = build_reward(cfg(workers=1))
+    try:
+        with caplog.at_level("ERROR", logger="pods"):
+            for _ in range(2):
+                out = r(["<answer>2+2</answer>", "<answer>4</answer>"], ["4", "4"])
+                assert out.terms["accuracy"] == [0.0, 1.0] and out.n_errors == 1
+        assert len(starts) == 1
+        msgs = [m for m in caplog.messages if "math-verify grading is unavailable" in m]
+        assert len(msgs) == 1 and "did not start" in msgs[0]
+    finally:
+        r.close()
