@@ -91,7 +91,8 @@ class Trainer:
         self.tok = load_tokenizer(c.model)
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
-        self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)  # math-verify, if the data needs it
+        # the math-verify workers start now if the data needs them
+        self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)
         # the heavy part comes after every check
         self.model, ref = load_policy(
             c.model, c.hardware, self.device, c.algo.beta > 0, c.update.gradient_checkpointing

@@ -151,7 +151,9 @@ class Grader:
             except Exception as e:
                 if self._pool is None and not self._start_logged:  # the workers did not start: say so once
                     self._start_logged = True
-                    log.error("math-verify grading is unavailable; answers it must decide score 0 as errors: %s", e)
+                    log.error(
+                        "math-verify grading is unavailable; answers it must decide score 0 as errors: %s", e
+                    )
                 got = ["error"] * len(pending)
             for idx, v in zip(pending.values(), got, strict=True):
                 for i in idx:

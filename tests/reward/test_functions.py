@@ -168,7 +168,9 @@ def test_workers_that_cannot_start_on_first_need_score_errors_and_are_not_retrie
     monkeypatch.setattr(sys, "executable", "/bin/false")
     starts = []
     real = grading.Pool.__init__
-    monkeypatch.setattr(grading.Pool, "__init__", lambda self, size: (starts.append(size), real(self, size))[1])
+    monkeypatch.setattr(
+        grading.Pool, "__init__", lambda self, size: (starts.append(size), real(self, size))[1]
+    )
     r = build_reward(cfg(workers=1))
     try:
         with caplog.at_level("ERROR", logger="pods"):
