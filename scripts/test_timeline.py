@@ -4,7 +4,10 @@
     python scripts/test_timeline.py /tmp/tl.tsv [--png timeline.png] [--top 10]
 
 Prints, per worker, its busy seconds, its units (a module, or tests/slurm/'s two) in the order it ran them and
-when it went idle; then the suite's span, the share of worker-seconds busy, and the slowest units and tests."""
+when it went idle; then the suite's span, the share of worker-seconds busy, and the slowest units and tests.
+Where the lines carry CPU seconds (the worker's own and its waited-for child processes'), also the CPU each unit
+cost; where <timeline>.load exists (the machine's busy cores every few seconds), the busy cores per minute and
+the units running then."""
 
 from __future__ import annotations
 
@@ -17,18 +20,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 from tests.conftest import xdist_unit  # noqa: E402
 
 
-def read(path: Path) -> list[tuple[str, float, float, str]]:
-    rows = []
+def read(path: Path) -> tuple[list[tuple[str, float, float, str]], dict[str, float]]:
+    """The rows (worker, start, end, node id) and, where the lines carry them, each test's CPU seconds."""
+    rows, cpu = [], {}
     for n, line in enumerate(path.read_text().splitlines(), 1):
         parts = line.split("\t")
-        if len(parts) != 4:
+        try:
+            if len(parts) not in (4, 6):
+                raise ValueError
+            rows.append((parts[0], float(parts[1]), float(parts[2]), parts[3]))
+            if len(parts) == 6:
+                cpu[parts[3]] = float(parts[4]) + float(parts[5])
+        except ValueError:
             raise SystemExit(
-                f"{path}:{n}: expected worker, start, end, node id (tab-separated); got {line!r}"
-            )
-        rows.append((parts[0], float(parts[1]), float(parts[2]), parts[3]))
+                f"{path}:{n}: expected worker, start, end, node id[, own CPU s, children's CPU s] "
+                f"(tab-separated); got {line!r}"
+            ) from None
     if not rows:
         raise SystemExit(f"{path}: no tests recorded")
-    return rows
+    return rows, cpu
+
+
+def read_load(path: Path) -> list[tuple[float, float]]:
+    """(time, busy cores) samples of <timeline>.load; [] if there is no such file."""
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            t, busy = line.split("\t")
+            out.append((float(t), float(busy)))
+        except ValueError:
+            raise SystemExit(f"{path}:{n}: expected time, busy cores (tab-separated); got {line!r}") from None
+    return out
 
 
 def units_by_worker(rows):
@@ -51,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--png", type=Path, help="draw each worker's units over time")
     ap.add_argument("--top", type=int, default=10)
     a = ap.parse_args(argv)
-    rows = read(a.timeline)
+    rows, cpu = read(a.timeline)
     t0 = min(r[1] for r in rows)
     t1 = max(r[2] for r in rows)
     span = t1 - t0
@@ -82,6 +106,26 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nslowest {a.top} tests:")
     for _, s, e, nodeid in sorted(rows, key=lambda r: r[1] - r[2])[: a.top]:
         print(f"  {e - s:7.1f} s  {nodeid}")
+    if cpu:
+        unit_cpu: dict[str, float] = defaultdict(float)
+        for nodeid, c in cpu.items():
+            unit_cpu[xdist_unit(nodeid)] += c
+        total = sum(unit_cpu.values())
+        print(
+            f"\nCPU seconds (the workers' own and their waited-for processes'): {total:.0f} in all; costliest {a.top} units:"
+        )
+        for unit, c in sorted(unit_cpu.items(), key=lambda kv: -kv[1])[: a.top]:
+            print(f"  {c:7.1f} CPU-s in {per_unit[unit]:6.1f} s  {unit}")
+    load = read_load(a.timeline.with_name(a.timeline.name + ".load"))
+    if load:
+        print("\nbusy cores per minute (the machine's, all processes), and the units running then:")
+        for m in range(int(span // 60) + 1):
+            lo, hi = t0 + 60 * m, t0 + 60 * (m + 1)
+            got = [b for t, b in load if lo < t <= hi]
+            if not got:
+                continue
+            running = sorted({xdist_unit(r[3]) for r in rows if r[1] < hi and r[2] > lo and r[2] - r[1] >= 5})
+            print(f"  {60 * m:5d} s  {sum(got) / len(got):4.2f}  {', '.join(running)[:150]}")
     if a.png:
         import matplotlib
 

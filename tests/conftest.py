@@ -142,21 +142,60 @@ def pytest_configure(config):
         torch.set_num_threads(n)
 
 
-# PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch) and node id, one line
-# each (tab-separated, appended by every xdist worker), to see what each worker did when: scripts/test_timeline.py
-# prints each worker's units in order (and draws them with --png) and the slowest units and tests.
+# PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch), node id, and the CPU
+# seconds it cost: the worker's own and its finished child processes' (a run it started and waited for; not a
+# Slurm job's), one line each (tab-separated, appended by every xdist worker). The main process also writes, to
+# <file>.load, the machine's busy cores every 5 s (from /proc/stat). scripts/test_timeline.py prints each worker's
+# units in order (and draws them with --png), where the CPU went, how busy the machine was, the slowest units.
 TIMELINE = "PODS_TEST_TIMELINE"
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = os.environ.get(TIMELINE)
-    start = time.time()
+    start, (own0, kids0) = time.time(), _cpu_seconds()
     yield
     if path:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        own, kids = _cpu_seconds()
         with open(path, "a") as f:  # one short write per line: the workers' lines do not interleave
-            f.write(f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\n")
+            f.write(
+                f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\t{own - own0:.2f}\t{kids - kids0:.2f}\n"
+            )
+
+
+def _sample_load(path: str, every_s: float = 5.0) -> None:
+    """Append `time<TAB>busy cores` every `every_s` seconds, from /proc/stat's all-CPU line (Linux only)."""
+
+    def jiffies() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+
+    hz = os.sysconf("SC_CLK_TCK")
+    last_t, (last_total, last_idle) = time.time(), jiffies()
+    while True:
+        time.sleep(every_s)
+        t, (total, idle) = time.time(), jiffies()
+        busy = ((total - last_total) - (idle - last_idle)) / hz / max(t - last_t, 1e-9)
+        with open(path, "a") as f:
+            f.write(f"{t:.3f}\t{busy:.2f}\n")
+        last_t, last_total, last_idle = t, total, idle
+
+
+def pytest_sessionstart(session):
+    path = os.environ.get(TIMELINE)
+    if path and not hasattr(session.config, "workerinput") and os.path.exists("/proc/stat"):
+        import threading
+
+        threading.Thread(target=_sample_load, args=(path + ".load",), daemon=True, name="pods-load").start()
 
 
 def pytest_collection_modifyitems(config, items):

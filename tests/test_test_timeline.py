@@ -37,3 +37,32 @@ def test_a_malformed_line_is_named(tmp_path):
     tl.write_text("gw0\t1\t2\ttests/a.py::x\nnot a timeline line\n")
     r = run(tl)
     assert r.returncode != 0 and f"{tl}:2: expected worker, start, end, node id" in r.stderr
+
+
+def test_cpu_columns_and_the_load_file(tmp_path):
+    """Lines with the CPU columns: each unit's CPU (own + children's); <file>.load: busy cores per minute."""
+    tl = tmp_path / "tl.tsv"
+    tl.write_text(
+        "gw0\t100\t130\ttests/test_x.py::a\t2.5\t10.0\n"
+        "gw0\t130\t150\ttests/test_x.py::b\t1.0\t0.5\n"
+        "gw1\t100\t170\ttests/test_y.py::c\t30.0\t0.0\n"
+    )
+    (tmp_path / "tl.tsv.load").write_text("105\t1.50\n160\t2.00\n170\t1.00\n")
+    r = run(tl)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "44 in all" in out
+    costly = out.split("costliest 2 units:")[1].split("\n\n")[0].split()
+    assert costly[:6] == ["30.0", "CPU-s", "in", "70.0", "s", "tests/test_y.py"]
+    assert costly[6] == "14.0" and costly[-1] == "tests/test_x.py"
+    minutes = out.split("the units running then:")[1].strip().splitlines()
+    assert minutes[0].split()[:3] == ["0", "s", "1.75"] and "tests/test_x.py, tests/test_y.py" in minutes[0]
+    assert minutes[1].split()[:3] == ["60", "s", "1.00"]
+
+
+def test_a_malformed_load_line_is_named(tmp_path):
+    tl = tmp_path / "tl.tsv"
+    tl.write_text("gw0\t1\t2\ttests/a.py::x\n")
+    (tmp_path / "tl.tsv.load").write_text("3\t1.0\nbusy\n")
+    r = run(tl)
+    assert r.returncode != 0 and "tl.tsv.load:2: expected time, busy cores" in r.stderr
