@@ -1,6 +1,6 @@
 """What each pytest-xdist worker did when, from a PODS_TEST_TIMELINE file (tests/conftest.py):
 
-    PODS_TEST_TIMELINE=/tmp/tl.tsv python -m pytest -q -n 3
+    PODS_TEST_TIMELINE=/tmp/tl.tsv python -m pytest -q -n 4
     python scripts/test_timeline.py /tmp/tl.tsv [--png timeline.png] [--top 10]
 
 Prints, per worker, its busy seconds, its units (a module, or tests/slurm/'s two) in the order it ran them and

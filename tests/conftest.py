@@ -82,13 +82,14 @@ def pytest_report_header(config):
     return f"test order: shuffled with {ORDER_SEED}={seed}" if seed else None
 
 
-# With pytest-xdist (`-n 3`, README): the tests of one module run on one worker, so that a module's fixtures (often
+# With pytest-xdist (`-n 4`, README): the tests of one module run on one worker, so that a module's fixtures (often
 # a whole training run) are built once. The tests of tests/slurm/ make two units, each on one worker, one test
 # after the other: test_multinode.py's, on the two-node partition `multi` (they kill that partition's tasks and
 # slurmd, so no other job may run there meanwhile), and the rest, on partition `debug`, whose jobs never meet
-# theirs (the two-task job of test_slurm_distributed.py goes with the shorter, `debug` one, though it builds
-# its own torchrun reference of 2 processes, which the two-node unit builds too). Both units go first
-# (their jobs mostly wait on Slurm while the other workers run the CPU-bound tests), then the modules that hold a
+# theirs (the two-task job of test_slurm_distributed.py goes with the shorter, `debug` one; its torchrun reference
+# of 2 processes is built once for both units, tests/slurm/conftest.py). Both units go first (their jobs mostly
+# wait on Slurm while the other two workers run the CPU-bound tests; under `-n 4` on 2 cores the PODS_TEST_TIMELINE
+# .load file read 2.0 busy cores in every minute but the last, 2026-11-28), then the modules that hold a
 # `long` test, then those with a `slow` one, then the rest: the long units start early and the short ones fill in
 # at the end. (xdist's --dist loadgroup would group by marks, but with pytest 9.2 it silently stops grouping:
 # pytest-xdist issue 1386.)
