@@ -79,6 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.batch:
         reward = build_reward(RewardConfig(**fuzz_reward_fields(args.timeout_s, args.batch_timeout_s)))
+        reward.grader.wait_ready()  # the workers start on first need: keep their start out of the timings
         text = render_batches(time_batches(reward), args, args.label)
         reward.close()
         out = Path(args.out or "results/reward_batch.md")
@@ -92,6 +93,7 @@ def main() -> None:
     corpus = adversarial_corpus(args.n, args.seed, str(marker))
     runs = {}
     reward = build_reward(RewardConfig(**fuzz_reward_fields(args.timeout_s)))
+    reward.grader.wait_ready()  # the workers start on first need: keep their start out of the timings
     runs[f"default deadlines, {len(corpus)} completions"] = time_each(reward, corpus)
     reward.grader.soft_fraction = None  # no alarm in the worker: the parent must kill it every time
     runs["worker alarm off (every slow input killed by the parent), bombs only"] = time_each(

@@ -27,6 +27,7 @@ SETTINGS = settings(max_examples=150, deadline=None, database=None)
 @pytest.fixture(scope="module")
 def reward():
     r = build_reward(RewardConfig(**fuzz_reward_fields(TIMEOUT_S)))
+    assert r.grader.wait_ready()  # the workers start on first need: their start is not what BOUND_S bounds
     yield r
     r.close()
 
