@@ -173,22 +173,18 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def _sample_load(path: str, every_s: float = 5.0) -> None:
-    """Append `time<TAB>busy cores` every `every_s` seconds, from /proc/stat's all-CPU line (Linux only)."""
+    """Append `time<TAB>busy cores` every `every_s` seconds, from /proc/stat (pods.threads' reading; Linux only)."""
+    from pods.threads import _cpu_times
 
-    def jiffies() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
-
-    hz = os.sysconf("SC_CLK_TCK")
-    last_t, (last_total, last_idle) = time.time(), jiffies()
-    while True:
+    n, last = os.cpu_count() or 1, _cpu_times()
+    while last is not None:
         time.sleep(every_s)
-        t, (total, idle) = time.time(), jiffies()
-        busy = ((total - last_total) - (idle - last_idle)) / hz / max(t - last_t, 1e-9)
+        now = _cpu_times()
+        if now is None or now[1] <= last[1]:
+            continue
         with open(path, "a") as f:
-            f.write(f"{t:.3f}\t{busy:.2f}\n")
-        last_t, last_total, last_idle = t, total, idle
+            f.write(f"{time.time():.3f}\t{n * (now[0] - last[0]) / (now[1] - last[1]):.2f}\n")
+        last = now
 
 
 def pytest_sessionstart(session):
