@@ -6,7 +6,8 @@
 Prints, per worker, its busy seconds, its units (a module, or tests/slurm/'s two) in the order it ran them and
 when it went idle; then the suite's span, the share of worker-seconds busy, and the slowest units and tests.
 Where the lines carry CPU seconds (the worker's own and its waited-for child processes'), also the CPU each unit
-cost; where <timeline>.load exists (the machine's busy cores every few seconds), the busy cores per minute and
+cost; where they carry outcomes, their counts and every test that failed or errored, with when and on which
+worker; where <timeline>.load exists (the machine's busy cores every few seconds), the busy cores per minute and
 the units running then."""
 
 from __future__ import annotations
@@ -19,26 +20,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/ (its xdist units)
 from tests.conftest import xdist_unit  # noqa: E402
 
+OUTCOMES = ("passed", "failed", "skipped", "error")
 
-def read(path: Path) -> tuple[list[tuple[str, float, float, str]], dict[str, float]]:
-    """The rows (worker, start, end, node id) and, where the lines carry them, each test's CPU seconds."""
-    rows, cpu = [], {}
+
+def read(path: Path) -> tuple[list[tuple[str, float, float, str]], dict[str, float], dict[str, str]]:
+    """The rows (worker, start, end, node id) and, where the lines carry them, each test's CPU seconds and
+    outcome."""
+    rows, cpu, outcome = [], {}, {}
     for n, line in enumerate(path.read_text().splitlines(), 1):
         parts = line.split("\t")
         try:
-            if len(parts) not in (4, 6):
+            if len(parts) not in (4, 6, 7) or (len(parts) == 7 and parts[6] not in OUTCOMES):
                 raise ValueError
             rows.append((parts[0], float(parts[1]), float(parts[2]), parts[3]))
-            if len(parts) == 6:
+            if len(parts) >= 6:
                 cpu[parts[3]] = float(parts[4]) + float(parts[5])
+            if len(parts) == 7:
+                outcome[parts[3]] = parts[6]
         except ValueError:
             raise SystemExit(
-                f"{path}:{n}: expected worker, start, end, node id[, own CPU s, children's CPU s] "
-                f"(tab-separated); got {line!r}"
+                f"{path}:{n}: expected worker, start, end, node id[, own CPU s, children's CPU s[, outcome: "
+                f"{'/'.join(OUTCOMES)}]] (tab-separated); got {line!r}"
             ) from None
     if not rows:
         raise SystemExit(f"{path}: no tests recorded")
-    return rows, cpu
+    return rows, cpu, outcome
 
 
 def read_load(path: Path) -> list[tuple[float, float]]:
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--png", type=Path, help="draw each worker's units over time")
     ap.add_argument("--top", type=int, default=10)
     a = ap.parse_args(argv)
-    rows, cpu = read(a.timeline)
+    rows, cpu, outcome = read(a.timeline)
     t0 = min(r[1] for r in rows)
     t1 = max(r[2] for r in rows)
     span = t1 - t0
@@ -116,6 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         for unit, c in sorted(unit_cpu.items(), key=lambda kv: -kv[1])[: a.top]:
             print(f"  {c:7.1f} CPU-s in {per_unit[unit]:6.1f} s  {unit}")
+    if outcome:
+        bad = [(r[2], r[0], r[3]) for r in rows if outcome.get(r[3]) in ("failed", "error")]
+        counts = ", ".join(f"{sum(o == k for o in outcome.values())} {k}" for k in OUTCOMES)
+        print(f"\noutcomes: {counts}")
+        for end, worker, nodeid in sorted(bad):
+            print(f"  {outcome[nodeid]} at {end - t0:.0f} s on {worker}: {nodeid}")
     load = read_load(a.timeline.with_name(a.timeline.name + ".load"))
     if load:
         print("\nbusy cores per minute (the machine's, all processes), and the units running then:")

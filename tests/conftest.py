@@ -143,9 +143,10 @@ def pytest_configure(config):
         torch.set_num_threads(n)
 
 
-# PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch), node id, and the CPU
-# seconds it cost: the worker's own and its finished child processes' (a run it started and waited for; not a
-# Slurm job's), one line each (tab-separated, appended by every xdist worker). The main process also writes, to
+# PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch), node id, the CPU
+# seconds it cost (the worker's own and its finished child processes': a run it started and waited for; not a
+# Slurm job's) and its outcome (passed, failed, skipped; error: setup or teardown failed), one line each
+# (tab-separated, appended by every xdist worker as the test ends, so a run stopped early still names its failures). The main process also writes, to
 # <file>.load, the machine's busy cores every 5 s (from /proc/stat). scripts/test_timeline.py prints each worker's
 # units in order (and draws them with --png), where the CPU went, how busy the machine was, the slowest units.
 TIMELINE = "PODS_TEST_TIMELINE"
@@ -158,6 +159,18 @@ def _cpu_seconds() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
+_OUTCOME = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.failed:  # a failed setup or teardown is an error, whatever the call did
+        item.stash[_OUTCOME] = "failed" if report.when == "call" else "error"
+    elif report.skipped and item.stash.get(_OUTCOME, "passed") == "passed":
+        item.stash[_OUTCOME] = "skipped"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = os.environ.get(TIMELINE)
@@ -168,7 +181,8 @@ def pytest_runtest_protocol(item, nextitem):
         own, kids = _cpu_seconds()
         with open(path, "a") as f:  # one short write per line: the workers' lines do not interleave
             f.write(
-                f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\t{own - own0:.2f}\t{kids - kids0:.2f}\n"
+                f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\t{own - own0:.2f}\t{kids - kids0:.2f}"
+                f"\t{item.stash.get(_OUTCOME, 'passed')}\n"
             )
 
 

@@ -1,6 +1,7 @@
 """scripts/test_timeline.py reads a PODS_TEST_TIMELINE file: each worker's units in the order it ran them, the
 busy share, the slowest units and tests; a malformed line is refused naming its line."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,47 @@ def test_a_malformed_load_line_is_named(tmp_path):
     (tmp_path / "tl.tsv.load").write_text("3\t1.0\nbusy\n")
     r = run(tl)
     assert r.returncode != 0 and "tl.tsv.load:2: expected time, busy cores" in r.stderr
+
+
+def test_outcomes_name_the_failures(tmp_path):
+    """Lines with the outcome column: the counts, and each failed or errored test with when and where."""
+    tl = tmp_path / "tl.tsv"
+    tl.write_text(
+        "gw0\t100\t130\ttests/test_x.py::a\t1.0\t0.0\tpassed\n"
+        "gw1\t100\t140\ttests/test_x.py::b\t1.0\t0.0\tfailed\n"
+        "gw0\t130\t135\ttests/test_y.py::c\t1.0\t0.0\terror\n"
+        "gw1\t140\t141\ttests/test_y.py::d\t0.0\t0.0\tskipped\n"
+    )
+    r = run(tl)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split("outcomes: ")[1]
+    assert out.startswith("1 passed, 1 failed, 1 skipped, 1 error\n")
+    assert out.splitlines()[1:3] == [  # in the order they ended
+        "  error at 35 s on gw0: tests/test_y.py::c",
+        "  failed at 40 s on gw1: tests/test_x.py::b",
+    ]
+    tl.write_text("gw0\t1\t2\ttests/a.py::x\t0\t0\tflaky\n")
+    r = run(tl)
+    assert r.returncode != 0 and "outcome: passed/failed/skipped/error" in r.stderr
+
+
+def test_the_suite_writes_each_outcome(tmp_path):
+    """tests/conftest.py's hooks, run by a pytest inside this one: a pass, a failing call, a failing setup and a
+    skip each end their own line with the outcome."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\nfrom tests.conftest import pytest_runtest_makereport, pytest_runtest_protocol  # noqa\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('setup')\n"
+    )
+    (tmp_path / "test_cases.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert False\n"
+        "def test_setup(broken): pass\n"
+        "def test_skip(): pytest.skip('no')\n"
+    )
+    tl = tmp_path / "tl.tsv"
+    env = {**os.environ, "PODS_TEST_TIMELINE": str(tl), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_cases.py"],
+                   cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    got = {line.split("\t")[3].split("::")[1]: line.split("\t")[6] for line in tl.read_text().splitlines()}
+    assert got == {"test_ok": "passed", "test_bad": "failed", "test_setup": "error", "test_skip": "skipped"}

@@ -4,6 +4,7 @@ itself, ends bitwise equal to an uninterrupted run with every record once; bad i
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -96,16 +97,18 @@ def test_bad_input_is_one_line_before_anything_is_submitted(bad, tmp_path):
 
 # --- requeue and time limit ---------------------------------------------------------------------------
 
-# No periodic checkpoint: what a requeued job resumes from is the checkpoint its signal handler saved.
+# No periodic checkpoint: what a requeued job resumes from is the checkpoint its signal handler saved. 80 steps:
+# under the slow clock (3 s a step) a job has taken at most about 45 when its second stop comes (below).
 RUN = [
     "debug=smoke",
     "hardware=cpu",
-    "max_steps=160",
+    "max_steps=80",
     "checkpoint.every_steps=0",
     "eval.every_steps=50",
     "seed=0",
 ]
-# in the Slurm job only: 1 s of sleep per step until it saved on SIGUSR2 (a weight-0 reward term; slow_clock.py)
+# in the Slurm job only: SLOW_CLOCK_S (default 1 s) of sleep per step until it saved on both a time-limit signal
+# and a requeue (a weight-0 reward term; slow_clock.py)
 SLOW = ["plugins=[tests.slurm.slow_clock]", "+reward.weights.slow_clock=0.0"]
 
 
@@ -124,9 +127,15 @@ def requeue_and_time_limit(
     args: list[str], sweep: Path, run_dir: Path, submit_log: Path, env=None, beside=lambda: None
 ) -> None:
     """Run the sweep of `args` (one run, in `run_dir`) as a job with a 2-minute time limit (SIGUSR2 30 s
-    before it) that sleeps 1 s a step until it saved on SIGUSR2 (SLOW); requeue it with `scontrol requeue`
-    once it trains; once both have made it save (in whichever order they come), lift the time limit and
-    wait for the run to end.
+    before it) that sleeps 3 s a step until it saved on both stops (SLOW, SLOW_CLOCK_S=3); requeue it with
+    `scontrol requeue` once it trains; once both have made it save (in whichever order they come), lift the
+    time limit and wait for the run to end.
+
+    Steps before the second stop: the signal is due 90 s after a start, so at most ~30 slow steps after the
+    start it comes in, plus the ~5-10 before the requeue (requeue first), or the ~5 after the restart until the
+    test requeues (signal first): about 45 at most, under RUN's 80. The slow clock runs until both have been
+    seen, so in either order the requeue finds the job training (a job fast after the signal alone could end
+    before the test requeued it), and the steps after both run at full speed.
 
     Slurm sends the signal up to 60 s before it is due: under a 1-minute limit, any time from the job's start.
     A job whose imports take longer than that (a loaded machine) got it before pods's handler was there, run
@@ -137,6 +146,7 @@ def requeue_and_time_limit(
     once its handler is installed, so that it never slows the job's start into its time limit."""
     limit = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30"]
     cmd = [sys.executable, "-m", "pods.train", "-m", *args, *limit, *SLOW, f"hydra.sweep.dir={sweep}"]
+    env = {**(os.environ if env is None else env), "SLOW_CLOCK_S": "3"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=submit_log.open("w"), stderr=subprocess.STDOUT)
     try:
         deadline, seen, requeued_start, beside_started = time.monotonic() + 600, [], None, False
