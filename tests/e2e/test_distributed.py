@@ -106,19 +106,16 @@ def test_fsdp_matches_ddp_and_resumes_exactly(ddp_run, tmp_path):
 def test_fsdp_with_a_generation_copy_refreshed_unit_by_unit_matches_ddp(tmp_path):
     """rollout.hf.compile=true on a CPU: generation reads a float32 copy of the policy (nothing compiled), which
     the Trainer refreshes after every update: under FSDP one unit at a time (Dist.gathered_units), under DDP
-    whole. A stale or partial refresh would change steps 2 and 3's rollouts; the runs agree, with the decoder
-    layers in one FSDP unit (this small model under update.fsdp_unit_params' default, 1e8) and a unit per layer."""
+    whole. A stale or partial refresh would change steps 2 and 3's rollouts; the runs agree, with a unit per
+    decoder layer (update.fsdp_unit_params=0: the most units, the loop's hardest case). The default layout (all
+    layers in one unit here) and the others are checked unit by unit, bit for bit, in test_update_ranks.py."""
     runs = {}
-    layouts = {"ddp": ["hardware.distributed=ddp"], "fsdp": ["hardware.distributed=fsdp"]}
-    layouts["fsdp_per_layer"] = [*layouts["fsdp"], "update.fsdp_unit_params=0"]
-    layouts["fsdp"].append(
-        "update.fsdp_unit_params=100000000"
-    )  # the default, stated: all layers one unit here
+    layouts = {"ddp": ["hardware.distributed=ddp"]}
+    layouts["fsdp_per_layer"] = ["hardware.distributed=fsdp", "update.fsdp_unit_params=0"]
     for name, extra in layouts.items():
         _torchrun(tmp_path / name, tmp_path / f"logs_{name}", *extra, "rollout.hf.compile=true")
         runs[name] = _train(tmp_path / name)
-    for name in ("fsdp", "fsdp_per_layer"):
-        assert [r["step"] for r in runs[name]] == [1, 2, 3]
-        for x, y in zip(runs["ddp"], runs[name]):
-            for k in COMPARE:
-                assert math.isclose(x[k], y[k], rel_tol=1e-4, abs_tol=1e-7), (name, x["step"], k, x[k], y[k])
+    assert [r["step"] for r in runs["fsdp_per_layer"]] == [1, 2, 3]
+    for x, y in zip(runs["ddp"], runs["fsdp_per_layer"]):
+        for k in COMPARE:
+            assert math.isclose(x[k], y[k], rel_tol=1e-4, abs_tol=1e-7), (x["step"], k, x[k], y[k])
