@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,6 +71,11 @@ SAME_RUN_KEYS = (
 # on the CPU; tests add down-sampling that keeps fewer rollouts than it draws (8 -> 4) and an lr large enough
 # that 3 steps visibly move the weights.
 SMOKE = ["debug=smoke", "hardware=cpu", "selector.n=8", "selector.m=4", "optim.lr=1e-3"]
+# Two or four CPU processes (gloo) of one small run through the whole loop: pre-rollout filter, dynamic sampling,
+# PODS's down-sampling, a checkpoint every 2 steps. tests/e2e/test_distributed.py's runs, and Slurm's jobs (tests/slurm/)
+# against the torchrun launch of it (torchrun_reference, below).
+DDP_RUN = [*SMOKE, "algo.prompts_per_step=4", "arm=greso+dynamic_sampling+max_variance-n64-m16", "selector.n=8",
+           "selector.m=4", "checkpoint.every_steps=2", "hardware.distributed=ddp", "hardware.num_threads=1"]  # fmt: skip
 
 
 # PODS_TEST_ORDER_SEED=<int>: run the tests in a random order (scripts/ci_stress.sh --random-order), to show that
@@ -235,3 +242,73 @@ def pytest_collection_modifyitems(config, items):
             return 2 if "long" in marks else 3 if "slow" in marks else 4
 
         items[:] = [item for unit in sorted(units, key=rank) for item in units[unit]]
+
+
+@pytest.fixture(scope="session")
+def torchrun_reference(tmp_path_factory):
+    """world size -> the run directory of DDP_RUN launched on one node by torchrun with that many processes: what
+    a Slurm job of as many tasks, on one node or two, must reproduce, and tests/e2e/test_distributed.py's DDP run.
+    Each once a session: under xdist the units that use it (on several workers) share it, the first to ask builds
+    it and the others wait for it. `torchrun_reference.start(world)` launches it without waiting, to run beside a
+    Slurm job; the call waits."""
+    refs = TorchrunReferences(tmp_path_factory)
+    yield refs
+    refs.stop()
+
+
+class TorchrunReferences:
+    """Each world's reference lives in <shared>/torchrun<world>/ (<shared>: the xdist session's temporary folder,
+    which every worker of the session sees, else this process's own). Making that folder claims the build; the
+    builder's watcher thread writes `rc` there (atomically) when torchrun exits, and whoever asks waits for it."""
+
+    def __init__(self, tmp_path_factory):
+        base = tmp_path_factory.getbasetemp()
+        self.shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+        self.runs: dict[int, Path] = {}
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, world: int) -> None:
+        from bench.harness import torchrun_command
+
+        tmp = self.shared / f"torchrun{world}"
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            return  # built, or being built, by this worker or another
+        cmd = [*torchrun_command(world), "--log-dir", str(tmp / "logs"), "--redirects", "3", "-m", "pods.train",
+               *DDP_RUN, f"hydra.run.dir={tmp / 'run'}"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        root = Path(__file__).resolve().parents[1]
+        with (tmp / "torchrun.err").open("w") as err:
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        self.procs.append(proc)
+
+        def watch() -> None:
+            rc = proc.wait()
+            (tmp / "rc.tmp").write_text(str(rc))
+            os.replace(tmp / "rc.tmp", tmp / "rc")
+
+        threading.Thread(target=watch, daemon=True, name=f"torchrun{world}").start()
+
+    def __call__(self, world: int, timeout_s: float = 900) -> Path:
+        if world not in self.runs:
+            self.start(world)
+            tmp = self.shared / f"torchrun{world}"
+            deadline = time.monotonic() + timeout_s
+            while not (tmp / "rc").exists():
+                assert time.monotonic() < deadline, (
+                    f"the torchrun reference of world {world} ({tmp}) took {timeout_s} s"
+                )
+                time.sleep(0.5)
+            rc = int((tmp / "rc").read_text())
+            ranks = "".join(
+                f"\n--- {f}\n{f.read_text()[-2500:]}" for f in sorted((tmp / "logs").rglob("std*.log"))
+            )
+            assert rc == 0, f"torchrun exited {rc}: " + (tmp / "torchrun.err").read_text()[-1500:] + ranks
+            self.runs[world] = tmp / "run"
+        return self.runs[world]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()

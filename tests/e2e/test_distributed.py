@@ -17,30 +17,17 @@ import torch
 from bench.harness import torchrun_command
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.conftest import SAME_RUN_KEYS, SMOKE
+from tests.conftest import DDP_RUN, SAME_RUN_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("prefilter/"))  # these runs have no prefilter
 
 
 def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
-    cmd = [
-        *torchrun_command(2),
-        "--log-dir",
-        str(logs),
-        "--redirects",
-        "3",
-        "-m",
-        "pods.train",
-        *SMOKE,
-        "algo.prompts_per_step=4",
-        "arm=greso+dynamic_sampling+max_variance-n64-m16",
-        "selector.n=8",
-        "selector.m=4",
-        "checkpoint.every_steps=2",
-        f"hydra.run.dir={run_dir}",
-        *extra,
-    ]
+    """DDP_RUN through torchrun with 2 processes, its hardware.distributed given in `extra`."""
+    run = [o for o in DDP_RUN if not o.startswith("hardware.distributed=")]
+    cmd = [*torchrun_command(2), "--log-dir", str(logs), "--redirects", "3", "-m", "pods.train", *run,
+           f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     # each rank's own output (torchrun interleaves them, and the root cause is often cut off)
@@ -53,10 +40,9 @@ def _train(run_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("ddp")
-    _torchrun(tmp / "run", tmp / "logs", "hardware.distributed=ddp")
-    return tmp / "run"
+def ddp_run(torchrun_reference) -> Path:
+    """DDP_RUN by torchrun with 2 processes: the session's one (the Slurm tests compare their jobs with it)."""
+    return torchrun_reference(2)
 
 
 @pytest.mark.slow

@@ -7,10 +7,8 @@ forever. After each test, its jobs still queued are cancelled (`cancel_this_sess
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -64,76 +62,6 @@ def slurm_two_nodes():
     reason = two_nodes_missing()
     if reason:
         pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def torchrun_reference(tmp_path_factory):
-    """world size -> the run directory of test_slurm_distributed.RUN launched on one node by torchrun with that
-    many processes: what a Slurm job of as many tasks, on one node or two, must reproduce. Each once a session:
-    under xdist the two Slurm units (two workers) share it, the first to ask builds it and the other waits for it.
-    `torchrun_reference.start(world)` launches it without waiting, to run beside a Slurm job; the call waits."""
-    refs = TorchrunReferences(tmp_path_factory)
-    yield refs
-    refs.stop()
-
-
-class TorchrunReferences:
-    """Each world's reference lives in <shared>/torchrun<world>/ (<shared>: the xdist session's temporary folder,
-    which every worker of the session sees, else this process's own). Making that folder claims the build; the
-    builder's watcher thread writes `rc` there (atomically) when torchrun exits, and whoever asks waits for it."""
-
-    def __init__(self, tmp_path_factory):
-        base = tmp_path_factory.getbasetemp()
-        self.shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-        self.runs: dict[int, Path] = {}
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, world: int) -> None:
-        from bench.harness import torchrun_command
-        from tests.slurm.test_slurm_distributed import RUN
-
-        tmp = self.shared / f"torchrun{world}"
-        try:
-            tmp.mkdir()
-        except FileExistsError:
-            return  # built, or being built, by this worker or another
-        cmd = [*torchrun_command(world), "--log-dir", str(tmp / "logs"), "--redirects", "3", "-m", "pods.train",
-               *RUN, f"hydra.run.dir={tmp / 'run'}"]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        root = Path(__file__).resolve().parents[2]
-        with (tmp / "torchrun.err").open("w") as err:
-            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        self.procs.append(proc)
-
-        def watch() -> None:
-            rc = proc.wait()
-            (tmp / "rc.tmp").write_text(str(rc))
-            os.replace(tmp / "rc.tmp", tmp / "rc")
-
-        threading.Thread(target=watch, daemon=True, name=f"torchrun{world}").start()
-
-    def __call__(self, world: int, timeout_s: float = 900) -> Path:
-        if world not in self.runs:
-            self.start(world)
-            tmp = self.shared / f"torchrun{world}"
-            deadline = time.monotonic() + timeout_s
-            while not (tmp / "rc").exists():
-                assert time.monotonic() < deadline, (
-                    f"the torchrun reference of world {world} ({tmp}) took {timeout_s} s"
-                )
-                time.sleep(0.5)
-            rc = int((tmp / "rc").read_text())
-            ranks = "".join(
-                f"\n--- {f}\n{f.read_text()[-2500:]}" for f in sorted((tmp / "logs").rglob("std*.log"))
-            )
-            assert rc == 0, f"torchrun exited {rc}: " + (tmp / "torchrun.err").read_text()[-1500:] + ranks
-            self.runs[world] = tmp / "run"
-        return self.runs[world]
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 # --- bounded waits on jobs -------------------------------------------------------------------------------

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 
 from pods.tracking import read_metrics
-from tests.conftest import SAME_RUN_KEYS, SMOKE
+from tests.conftest import DDP_RUN, SAME_RUN_KEYS
 from tests.slurm.conftest import submit
 from tests.slurm.test_slurm import SLURM, _job_logs
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = [*SMOKE, "algo.prompts_per_step=4", "arm=greso+dynamic_sampling+max_variance-n64-m16", "selector.n=8",
-       "selector.m=4", "checkpoint.every_steps=2", "hardware.distributed=ddp", "hardware.num_threads=1"]  # fmt: skip
+RUN = DDP_RUN
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
 
 
