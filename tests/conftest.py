@@ -71,9 +71,9 @@ SAME_RUN_KEYS = (
 # on the CPU; tests add down-sampling that keeps fewer rollouts than it draws (8 -> 4) and an lr large enough
 # that 3 steps visibly move the weights.
 SMOKE = ["debug=smoke", "hardware=cpu", "selector.n=8", "selector.m=4", "optim.lr=1e-3"]
-# Two or four CPU processes (gloo) of one small run through the whole loop: pre-rollout filter, dynamic sampling,
-# PODS's down-sampling, a checkpoint every 2 steps. tests/e2e/test_distributed.py's runs, and Slurm's jobs (tests/slurm/)
-# against the torchrun launch of it (torchrun_reference, below).
+# Two or four CPU processes (gloo) of one small run through the whole loop: pre-rollout filter, dynamic
+# sampling, PODS's down-sampling, a checkpoint every 2 steps. tests/e2e/test_distributed.py's runs, and the
+# Slurm jobs of tests/slurm/ compared with its torchrun launch (torchrun_reference, below).
 DDP_RUN = [*SMOKE, "algo.prompts_per_step=4", "arm=greso+dynamic_sampling+max_variance-n64-m16", "selector.n=8",
            "selector.m=4", "checkpoint.every_steps=2", "hardware.distributed=ddp", "hardware.num_threads=1"]  # fmt: skip
 
@@ -152,10 +152,11 @@ def pytest_configure(config):
 
 # PODS_TEST_TIMELINE=<file>: every test's worker, start and end (seconds since the epoch), node id, the CPU
 # seconds it cost (the worker's own and its finished child processes': a run it started and waited for; not a
-# Slurm job's) and its outcome (passed, failed, skipped; error: setup or teardown failed), one line each
-# (tab-separated, appended by every xdist worker as the test ends, so a run stopped early still names its failures). The main process also writes, to
-# <file>.load, the machine's busy cores every 5 s (from /proc/stat). scripts/test_timeline.py prints each worker's
-# units in order (and draws them with --png), where the CPU went, how busy the machine was, the slowest units.
+# Slurm job's) and its outcome (passed, failed, skipped; error: setup or teardown failed), one line each,
+# tab-separated, appended by every xdist worker as the test ends (so a run stopped early still names its
+# failures). The main process also writes, to <file>.load, the machine's busy cores every 5 s (from /proc/stat).
+# scripts/test_timeline.py prints each worker's units in order (and draws them with --png), where the CPU went,
+# how busy the machine was, the slowest units and the failures.
 TIMELINE = "PODS_TEST_TIMELINE"
 
 
