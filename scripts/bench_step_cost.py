@@ -92,6 +92,8 @@ def run_setting(
     trainer.callbacks.append(rec)
     trainer.train()
     trainer.reward_fn.close()
+    decoders = getattr(trainer.backend, "step_decoders", {}).values()  # the graph loop's: which attention ran
+    attention = sorted({"sdpa" if d.flex is None else "flex" for d in decoders}) or ["generate()"]
     steps = rec.steps[args.skip :] or rec.steps
     keys = [k for k in steps[0] if isinstance(steps[0][k], (int, float))]
     mean = {k: statistics.fmean(s[k] for s in steps) for k in keys}
@@ -101,6 +103,7 @@ def run_setting(
         "n": n,
         "m": m,
         "overrides": own,
+        "decode attention": "+".join(attention),
         "mean": mean,
         "steps": rec.steps,
     }
@@ -270,6 +273,9 @@ def markdown(res: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     for key in ("rows", "update rows", "decode steps", "mean length", "max length") if runs else []:
         cells = [key, *[f"{r['mean'].get(key, 0.0):.1f}" for r in runs]]
+        lines.append("| " + " | ".join(cells + ([""] * 2 if pair else [])) + " |")
+    if runs:  # which decode attention ran (rollout.hf.decode_attention; generate() has its own loop)
+        cells = ["decode attention", *[r.get("decode attention", "-") for r in runs]]
         lines.append("| " + " | ".join(cells + ([""] * 2 if pair else [])) + " |")
     if res.get("prefill_ab"):
         lines += ["", "Prefill alone (generate() with one new token, greedy; mean of alternating calls):", "",

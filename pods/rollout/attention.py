@@ -10,11 +10,22 @@ and cache length. Here the query heads of a group are folded into the query leng
 
 which is the same attention (each query row still sees its own mask row), computed by one SDPA call that
 reads K and V once. Registered as `pods_sdpa`; only the generation copy uses it.
+
+Given a flex_attention `BlockMask` instead of a mask tensor (the graph loop's decode step with
+`rollout.hf.decode_attention=flex`, issue 38), the same function runs torch's flex_attention, which visits
+only the cache blocks the mask names: `DecodeBlockMask` names the blocks up to the last filled column, so a
+decode step reads the columns filled so far (prompt plus tokens decoded) instead of the whole static cache.
+cuDNN's SDPA, the default, costs nearly the same at every filled width (one H200: 108-109 us a layer-step from
+80 to 128 columns at 1,024 rows); flex_attention's compiled decode kernel follows the width (46.7 us at 64 to
+89.9 at 144; results/step_cost/h200_decode_width/). Same attention up to rounding: another summation order.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -33,6 +44,8 @@ def grouped_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Same signature and result as transformers' sdpa_attention_forward: (B, q, H, D) and None."""
+    if isinstance(attention_mask, BlockMask):
+        return flex_forward(query, key, value, attention_mask, scaling), None
     groups = getattr(module, "num_key_value_groups", 1)
     if groups == 1 or attention_mask is None:  # nothing to expand, or SDPA's own enable_gqa applies
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -49,6 +62,67 @@ def grouped_sdpa_forward(
         folded, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
     )  # (B, Hkv, G * q, D)
     return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
+
+
+def flex_forward(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: BlockMask, scaling: float | None
+) -> torch.Tensor:
+    """(B, H, q, D) queries, (B, Hkv, L, D) keys and values, a block mask of (B, 1, q, L) -> (B, q, H, D):
+    flex_attention over the blocks the mask visits (grouped KV heads read once, `enable_gqa`). Compiled with
+    the forward around it on the graph loop's CUDA path; called eagerly (a CPU) it computes the same
+    attention densely, which torch warns about at every call: that warning is silenced here."""
+    gqa = query.shape[1] != key.shape[1]
+    if torch.compiler.is_compiling():
+        out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=gqa)
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous()
+
+
+def visited_blocks(filled: torch.Tensor, block: int) -> torch.Tensor:
+    """Filled cache columns (a tensor: read on the device, no host sync) -> the number of `block`-column blocks
+    that hold them.
+
+    >>> visited_blocks(torch.tensor([1, 16, 17, 144]), 16).tolist()
+    [1, 1, 2, 9]
+    """
+    return (filled + block - 1) // block
+
+
+class DecodeBlockMask:
+    """flex_attention's block mask for one-query decode steps over a static cache whose attendable columns are
+    the (B, L) boolean buffer `keep` (read at each call: it may change in place).
+
+    Every row visits the blocks that hold columns 0 .. filled - 1, and within them attends the columns `keep`
+    allows: left padding and unfilled columns stay masked as with the tensor mask. `fill_to(filled)` sets the
+    visited block count in place from a device tensor, so a captured CUDA graph that calls it follows the
+    decode without re-capture (one H200: outputs equal SDPA's within bf16 rounding after each update,
+    scripts/device/flex_decode_check.py). Columns past L, in a last partial block, are masked. The block count
+    only spares the compiled kernel the blocks past `filled`; the mask itself is `keep`, so `keep` must allow
+    no column at or past `filled` (the decoder fills columns in order), and the dense eager path, which reads
+    every block, gives the same attention."""
+
+    def __init__(self, keep: torch.Tensor, block: int = 16):
+        rows, width = keep.shape
+        self.block, nblocks = block, -(-width // block)
+        dev = keep.device
+        self.counts = torch.zeros(rows, 1, 1, dtype=torch.int32, device=dev)  # blocks visited, per row
+        order = torch.arange(nblocks, dtype=torch.int32, device=dev).expand(rows, 1, 1, nblocks).contiguous()
+
+        def attendable(b, h, q, kv):
+            return keep[b, kv.clamp(max=width - 1)] & (kv < width)
+
+        self.mask = BlockMask.from_kv_blocks(
+            self.counts, order, BLOCK_SIZE=(block, block), mask_mod=attendable, seq_lengths=(1, width)
+        )
+
+    def fill_to(self, filled: torch.Tensor) -> None:
+        """Visit the blocks holding the first `filled` columns ((1,) or scalar long tensor, on the device)."""
+        self.counts.copy_(
+            visited_blocks(filled, self.block).to(torch.int32).reshape(1, 1, 1).expand_as(self.counts)
+        )
 
 
 def register() -> str:

@@ -37,6 +37,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from pods.batch import Rollouts, Sampling
 from pods.errors import ConfigError, at_least, choice
 from pods.models import canonical_device
+from pods.rollout.attention import NAME as ATTENTION
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy
 from pods.rollout.step_graph import StepDecoder, shared_prompts
@@ -112,11 +113,15 @@ class HFSettings:
     share_prefill: bool = False  # graph loop: prefill each distinct prompt of a chunk once and copy its keys
     # and values to its n rows (pods/rollout/step_graph.py: shared_prompts), not once per row. The prompt's
     # forward then runs at another batch size, which may round differently on a GPU (issue 38)
+    decode_attention: str = "sdpa"  # graph loop: sdpa (the whole static cache every decode step) | flex
+    # (torch's flex_attention over the cache blocks filled so far: pods/rollout/attention.py; needs
+    # hardware.attn_implementation=sdpa; another summation order than SDPA's, issue 38)
 
     def check(self) -> None:
         choice("rollout.hf.compile", str(self.compile).lower(), ["auto", "true", "false"])
         at_least("rollout.hf.prompt_bucket", self.prompt_bucket, 1)
         choice("rollout.hf.loop", self.loop, ["generate", "graph"])
+        choice("rollout.hf.decode_attention", self.decode_attention, ["sdpa", "flex"])
 
 
 def hf_settings(settings: RolloutSettings) -> HFSettings:
@@ -162,7 +167,14 @@ class HFGenerator(Backend):
 
     @staticmethod
     def check(settings: RolloutSettings) -> None:
-        if str(hf_settings(settings).compile).lower() == "true" and settings.hardware.load_in_4bit:
+        hf = hf_settings(settings)
+        if hf.decode_attention == "flex" and settings.hardware.attn_implementation != "sdpa":
+            raise ConfigError(
+                "rollout.hf.decode_attention=flex runs inside the generation copy's sdpa attention, but "
+                f"hardware.attn_implementation={settings.hardware.attn_implementation}; use sdpa, or "
+                "rollout.hf.decode_attention=sdpa"
+            )
+        if str(hf.compile).lower() == "true" and settings.hardware.load_in_4bit:
             raise ConfigError(
                 "rollout.hf.compile=true needs a bf16 copy of the weights, which a 4-bit base "
                 "(hardware.load_in_4bit=true) cannot give; use rollout.hf.compile=auto or false"
@@ -191,9 +203,10 @@ class HFGenerator(Backend):
         release_cache: bool = False,
         fuse_projections: bool = True,
         share_prefill: bool = False,
+        decode_attention: str = "sdpa",
     ):
         self.model, self.tok, self.device = model, tokenizer, canonical_device(device)
-        self.share_prefill = share_prefill
+        self.share_prefill, self.decode_attention = share_prefill, decode_attention
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -216,6 +229,12 @@ class HFGenerator(Backend):
             self.copy = GenerationCopy(
                 model, self.device, dtype or torch.bfloat16, share=share_weights, fuse=fuse
             )
+            attn = self.copy.model.config._attn_implementation
+            if decode_attention == "flex" and attn != ATTENTION:
+                raise ConfigError(
+                    f"rollout.hf.decode_attention=flex needs the generation copy's attention {ATTENTION!r} "
+                    f"(from the policy's sdpa); this policy's is {attn!r}"
+                )
 
     @property
     def decoder(self):
@@ -276,7 +295,9 @@ class HFGenerator(Backend):
         key = (rows, cache_len)
         if key not in self.step_decoders:  # one static cache per chunk shape (a run meets one or two)
             capture = self.device.type == "cuda"
-            dec = StepDecoder(self.decoder, rows, cache_len, self.eos_ids, self.pad_id, capture=capture)
+            dec = StepDecoder(
+                self.decoder, rows, cache_len, self.eos_ids, self.pad_id, capture, self.decode_attention
+            )
             self.step_decoders[key] = dec
         return self.step_decoders[key]
 

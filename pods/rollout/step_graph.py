@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import torch
 from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from pods.rollout.attention import DecodeBlockMask
 from pods.rollout.fused import merge_linears
 
 
@@ -89,6 +90,10 @@ class StepDecoder:
     `out` (B, cache_len) at the cache column where they are fed. `capture=True` (CUDA): the decode step is
     compiled and captured as one CUDA graph per sampling setting after two eager steps, then replayed.
 
+    `attention="flex"` (rollout.hf.decode_attention): decode steps pass the model a flex_attention block mask
+    over `keep` that visits only the cache blocks filled so far (pods/rollout/attention.py: DecodeBlockMask;
+    the model's attention must be `pods_sdpa`); the prefill keeps its tensor mask and SDPA.
+
     `release()` frees the cache's storage and retires the graphs between rollouts (rollout.hf.release_cache):
     the update can use the cache's memory, and the next run allocates the cache again and captures anew after
     two eager steps (the compiled forward is kept: transformers marks the cache addresses static without a
@@ -96,7 +101,18 @@ class StepDecoder:
     keep their pools (one decode step's intermediates each) until their successors are captured.
     """
 
-    def __init__(self, model, rows: int, cache_len: int, eos_ids: list[int], pad_id: int, capture: bool):
+    def __init__(
+        self,
+        model,
+        rows: int,
+        cache_len: int,
+        eos_ids: list[int],
+        pad_id: int,
+        capture: bool,
+        attention: str = "sdpa",
+    ):
+        if attention not in ("sdpa", "flex"):
+            raise ValueError(f"decode attention {attention!r} is not valid; allowed values: sdpa, flex")
         self.model, self.cache_len, self.pad_id, self.capture = model, cache_len, pad_id, capture
         self.device = dev = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
@@ -109,6 +125,7 @@ class StepDecoder:
         self.done = torch.zeros(rows, dtype=torch.bool, device=dev)
         self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
+        self.flex = DecodeBlockMask(self.keep) if attention == "flex" else None  # reads `keep` in place
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         # released graphs: never replayed, kept for their memory pools
         self.retired: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -196,7 +213,12 @@ class StepDecoder:
     def _step(self, sampling: tuple[float, float, int]) -> None:
         """One decode step, buffers in and out (what the graph holds): feed `tokens` at column `col`."""
         self.keep.index_fill_(1, self.col, True)
-        logits = self.forward(self.tokens, self.keep[:, None, None, :], self.pos)
+        if self.flex is not None:  # visit the blocks of columns 0 .. col only
+            self.flex.fill_to(self.col + 1)
+            mask = self.flex.mask
+        else:
+            mask = self.keep[:, None, None, :]
+        logits = self.forward(self.tokens, mask, self.pos)
         nxt = pick(logits, *sampling)
         self.col += 1
         self.pos += 1

@@ -14,6 +14,14 @@
 #   GPU 1  rollout.hf.size_cache_to_prompt=true (the cache as wide as this prompt, not the widest)
 #   GPU 2  rollout.hf.share_prefill=true + size_cache_to_prompt
 #   GPU 3  the rollout tests marked gpu (greedy tokens against generate(); share_prefill's differing tokens)
+# PART=flex times rollout.hf.decode_attention=flex (decode attention over the cache blocks filled so far,
+# pods/rollout/attention.py) against today's SDPA over the whole cache, side by side:
+#   GPU 0  the pair alone at the larger batch: sdpa, flex, sdpa, flex (alternating: drift hits both arms), then
+#          the pair packed 4 to the GPU with flex
+#   GPU 1  3B LoRA (scripts/device/step_cost.sh's shape), rollout.hf.share_prefill=true, sdpa
+#   GPU 2  3B LoRA, share_prefill + flex
+#   GPU 3  the pair packed 4 to the GPU with sdpa, then the rollout tests marked gpu (flex's differing greedy
+#          tokens), then the pair alone with flex + share_prefill
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
@@ -57,11 +65,12 @@ host() {
     --out "$R/host_ab" > "$R/host_ab.log" 2>&1
   echo "host A/B rc=$? at ${SECONDS}s"
 }
-packed() {  # packed <gpu> <rollout batch>
+packed() {  # packed <gpu> <rollout batch> [<name> <overrides>]: in packed_b<batch>, or packed_b<batch>_<name>
+  local n="packed_b$2${3:+_$3}"
   CUDA_VISIBLE_DEVICES=$1 timeout -k 10 $((WIN + 200)) python3 scripts/launch_parallel.py --gpus 1 --per-gpu 4 \
-    --out "$R/packed_b$2" --sweep seed=$PACK_SEEDS --sweep arm=none-n16-m16,max_variance-n64-m16 \
-    -- $(echo $COMMON) rollout.batch_size="$2" > "$R/packed_b$2.log" 2>&1
-  echo "packed batch $2 rc=$? at ${SECONDS}s"
+    --out "$R/$n" --sweep seed=$PACK_SEEDS --sweep arm=none-n16-m16,max_variance-n64-m16 \
+    -- $(echo $COMMON) rollout.batch_size="$2" ${4:-} > "$R/$n.log" 2>&1
+  echo "$n rc=$? at ${SECONDS}s"
 }
 V_FIT="rollout.hf.size_cache_to_prompt=true"; V_SHARE="rollout.hf.share_prefill=true $V_FIT"
 V_ALL="$V_SHARE rollout.hf.release_cache=false"
@@ -71,12 +80,52 @@ variant() {  # variant <gpu> <name> <overrides>: the pair alone at the larger ro
     --out "$R/cache_$2" > "$R/cache_$2.log" 2>&1
   echo "variant $2 rc=$? at ${SECONDS}s"
 }
-gpu_tests() {
+gpu_tests() {  # gpu_tests <gpu> [more test files]
   [ "${SMOKE:-0}" = 1 ] && return
   CUDA_VISIBLE_DEVICES=$1 timeout -k 10 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
-    tests/rollout/test_share_prefill.py tests/rollout/test_hf.py > "$R/gpu_tests.log" 2>&1
+    tests/rollout/test_share_prefill.py tests/rollout/test_hf.py "${@:2}" > "$R/gpu_tests.log" 2>&1
   echo "gpu tests rc=$? at ${SECONDS}s"
 }
+V_FLEX="rollout.hf.decode_attention=flex"
+B3="--random-shape --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008
+  --gradient-checkpointing --prompts-per-step 1 --completion-len 512"
+lora3b() {  # lora3b <gpu> <name> <overrides>: the pair at 3B LoRA, 3 steps (the first not averaged)
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 320 $B $B3 --steps 3 --skip 1 --settings "$PAIR" --label "$2" --set $3 \
+    --out "$R/lora3b_$2" > "$R/lora3b_$2.log" 2>&1
+  echo "lora3b $2 rc=$? at ${SECONDS}s"
+}
+if [ "${PART:-pair}" = flex ]; then
+  if [ "${SMOKE:-0}" = 1 ]; then  # the flex variant alone and at (a tiny) LoRA, on the CPU's eager graph loop
+    variant 0 flex_1 "$V_FLEX rollout.hf.compile=true"
+    B3="--random-shape --lora --layers 2 --hidden 64 --vocab 512 --prompts-per-step 1 --completion-len 8"
+    lora3b 0 share_flex "rollout.hf.share_prefill=true $V_FLEX rollout.hf.compile=true"
+  else
+    { variant "${GPUS[0]}" sdpa_1 "rollout.hf.decode_attention=sdpa"; variant "${GPUS[0]}" flex_1 "$V_FLEX"
+      variant "${GPUS[0]}" sdpa_2 "rollout.hf.decode_attention=sdpa"; variant "${GPUS[0]}" flex_2 "$V_FLEX"
+      packed "${GPUS[0]}" "${BATCHES[1]}" flex "$V_FLEX"; } &
+    lora3b "${GPUS[1]}" share "rollout.hf.share_prefill=true" &
+    lora3b "${GPUS[2]}" share_flex "rollout.hf.share_prefill=true $V_FLEX" &
+    { packed "${GPUS[3]}" "${BATCHES[1]}" sdpa "rollout.hf.decode_attention=sdpa"
+      gpu_tests "${GPUS[3]}" tests/rollout/test_decode_attention.py
+      variant "${GPUS[3]}" flex_share "$V_FLEX rollout.hf.share_prefill=true"; } &
+    wait
+  fi
+  tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude='*.pt' --exclude='*.safetensors'
+  {
+    for v in sdpa_1 flex_1 sdpa_2 flex_2 flex_share; do
+      echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md" 2>/dev/null || echo "(not run)"; echo
+    done
+    for a in sdpa flex; do
+      echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch ${BATCHES[1]}, $a"
+      python3 scripts/phase_totals.py "$R/packed_b${BATCHES[1]}_$a" 2>&1 || echo "(not run)"; echo
+    done
+    for v in share share_flex; do
+      echo "## 3B LoRA, $v"; cat "$R/lora3b_$v/results.md" 2>/dev/null || echo "(not run)"; echo
+    done
+    echo "## Rollout tests marked gpu"; grep -h "greedy tokens differ\|passed\|failed\|skipped" "$R/gpu_tests.log" 2>/dev/null
+  } > "$O/table.md" 2>&1
+  cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
+fi
 if [ "${PART:-pair}" = cache ]; then
   if [ "${SMOKE:-0}" = 1 ]; then  # the defaults and the variant that carries all three overrides (2 CPU runs fewer)
     alone 0 "${BATCHES[1]}"; variant 0 share_fit_keep "$V_ALL"

@@ -1,0 +1,131 @@
+"""rollout.hf.decode_attention=flex (issue 38): the graph loop's decode steps run flex_attention over the cache
+blocks filled so far instead of SDPA over the whole static cache. On a CPU (flex_attention computed densely,
+float32) the tokens are SDPA's, greedy and seeded; on a GPU the kernel sums in another order, and the test
+there counts the greedy tokens that differ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.errors import ConfigError
+from pods.rollout.attention import DecodeBlockMask, flex_forward, register
+from pods.rollout.hf import HFGenerator
+from pods.rollout.step_graph import StepDecoder
+from tests.conftest import random_qwen2
+
+HEADLINE = Path(__file__).resolve().parents[2] / "pods" / "assets" / "headline"
+SUMS = ["12 + 7 + 301 =\n", "3 + 45 + 8 + 990 =\n", "60 + 1 =\n", "512 + 77 + 6 =\n"]
+
+
+@pytest.mark.parametrize("width", [20, 32, 37])  # a last partial block, whole blocks
+def test_block_mask_attends_what_the_tensor_mask_attends(width):
+    """Random left padding and holes, grouped heads: flex_forward over the blocks up to the filled width equals
+    SDPA with the (B, 1, 1, L) boolean mask, for every filled width, the same block mask updated in place."""
+    g = torch.Generator().manual_seed(width)
+    b, h, hkv, d = 5, 4, 2, 8
+    q = torch.randn(b, h, 1, d, generator=g)
+    k, v = torch.randn(2, b, hkv, width, d, generator=g)
+    keep = torch.zeros(b, width, dtype=torch.bool)
+    bm = DecodeBlockMask(keep, block=16)
+    start = torch.randint(0, 6, (b,), generator=g)
+    for filled in range(7, width + 1):
+        keep.zero_()
+        for r in range(b):
+            keep[r, start[r] : filled] = True
+        keep[1, start[1]] = False  # a hole inside the filled part stays masked
+        bm.fill_to(torch.tensor([filled]))
+        assert bm.counts.flatten().tolist() == [-(-filled // 16)] * b
+        got = flex_forward(q, k, v, bm.mask, None)  # (B, 1, H, D)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
+        torch.testing.assert_close(got, want.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sampling", [(0.0, 1.0, 0), (1.0, 0.9, 5)])
+def test_decoder_with_flex_decodes_the_same_tokens(sampling):
+    """Left padding, a finished row, a cache width that is not a multiple of the block: the same tokens as SDPA
+    decode steps (greedy, and seeded sampling), run after run on one decoder and after release()."""
+    m = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).eval()
+    m.config._attn_implementation = register()  # the generation copy's attention
+    ids = torch.randint(3, 61, (6, 7), generator=torch.Generator().manual_seed(1))
+    ids[0, :2] = 0
+    am = (ids != 0).long()
+    done = torch.zeros(6, dtype=torch.bool)
+    done[5] = True
+    plain = StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False)
+    flex = StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False, attention="flex")
+    for run in range(2):
+        torch.manual_seed(7 + run)
+        want = plain.run(ids, am, done, 14, sampling).clone()
+        torch.manual_seed(7 + run)
+        got = flex.run(ids, am, done, 14, sampling).clone()
+        assert torch.equal(got, want)
+        flex.release()
+    with pytest.raises(ValueError, match="decode attention 'flash'"):
+        StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False, attention="flash")
+
+
+@pytest.fixture(scope="module")
+def headline():
+    tok = AutoTokenizer.from_pretrained(HEADLINE)
+    model = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32).eval()
+    return model, tok
+
+
+def _rollouts(
+    headline, device: str, attention: str, temperature: float, n: int, seed: int = 3, new: int = 96
+):
+    model, tok = headline
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    g = HFGenerator(
+        model.to(device), tok, device, 512, new, compiled=True, dtype=dtype, max_prompt_len=128,
+        release_cache=True, decode_attention=attention,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return g.generate(SUMS, list(range(len(SUMS))), n, temperature)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_headline_rollouts_are_the_same_with_flex(headline, temperature):
+    """The shipped headline policy through the graph loop (eager on a CPU), 4 prompts x 4 rows, 24 new tokens:
+    the same completions with flex decode attention, greedy and at the headline's temperature."""
+    want = _rollouts(headline, "cpu", "sdpa", temperature, 4, new=24)
+    got = _rollouts(headline, "cpu", "flex", temperature, 4, new=24)
+    assert got.texts == want.texts and torch.equal(got.input_ids, want.input_ids)
+    assert temperature == 0.0 or len(set(got.texts)) > len(SUMS)  # sampled: the rows of a prompt differ
+
+
+def test_flex_needs_the_copys_sdpa_attention(headline, make_cfg):
+    """A policy on another attention cannot take the flex decode: said when the config is checked, and by the
+    generator itself (its generation copy's attention is the policy's)."""
+    from pods.train import preflight
+
+    with pytest.raises(ConfigError, match="hardware.attn_implementation=eager"):
+        preflight(make_cfg("rollout.hf.decode_attention=flex", "hardware.attn_implementation=eager"))
+    with pytest.raises(ConfigError, match="rollout.hf.decode_attention"):
+        preflight(make_cfg("rollout.hf.decode_attention=fast"))
+    model, tok = headline
+    eager = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32, attn_implementation="eager")
+    with pytest.raises(ConfigError, match="needs the generation copy's attention 'pods_sdpa'"):
+        HFGenerator(eager, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128, decode_attention="flex")
+
+
+@pytest.mark.gpu
+def test_headline_greedy_tokens_with_flex_on_cuda(headline):
+    """CUDA (bf16, compiled, captured): flex_attention sums in another order than cuDNN's SDPA. Greedy rows of one
+    prompt must stay identical to each other, and the printed count says how many greedy tokens differ."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    want = _rollouts(headline, "cuda", "sdpa", 0.0, 64)
+    got = _rollouts(headline, "cuda", "flex", 0.0, 64)
+    mask = want.completion_mask.bool() | got.completion_mask.bool()
+    differ = int(((want.input_ids != got.input_ids)[:, want.prompt_len :] & mask).sum())
+    rows_differ = int(((want.input_ids != got.input_ids).any(1)).sum())
+    print(f"decode_attention=flex on CUDA: {differ} of {int(mask.sum())} greedy tokens differ, in {rows_differ} "
+          f"of {len(want.texts)} rows")  # fmt: skip
+    for texts in (got.texts, want.texts):
+        assert all(len(set(texts[i : i + 64])) == 1 for i in range(0, len(texts), 64))
