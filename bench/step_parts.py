@@ -5,7 +5,8 @@ callback) takes each step's timer record and those parts. Benchmark code only: n
 Parts (seconds per step): tokenize, prefill (StepDecoder's), decode (every decode step after the prefill: graph
 replays on CUDA, eager steps on a CPU), tail (decode's share after 90% of a chunk's rows had finished), warm-up
 (eager steps and capture of a released graph: CUDA), sampling (CPU only: inside decode), detokenize, gen. other
-(the rest of generation), logprobs (the update's old/reference log-probs).
+(the rest of generation), logprobs (the update's old/reference log-probs). gc is the Trainer's heap freeze after
+the first step (pods/trainer.py: once a run, charged to the second step's record; 0.7-1.5 s at 3B LoRA).
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ PHASES = [
     "update",
     "weight_sync",
     "metrics",
+    "gc",
 ]
 GEN_PARTS = ["tokenize", "prefill", "decode", "tail", "warm-up", "sampling", "detokenize", "gen. other"]
 ROWS = [
     "step",
     *PHASES[:2],
     *[f"  {p}" for p in GEN_PARTS],
-    *PHASES[2:],
+    *PHASES[2:-1],
     "  logprobs",
+    PHASES[-1],
     "unattributed",
     "cpu step",
 ]

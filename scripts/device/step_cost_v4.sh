@@ -22,6 +22,12 @@
 #   GPU 2  3B LoRA, share_prefill + flex
 #   GPU 3  the pair packed 4 to the GPU with sdpa, then the rollout tests marked gpu (flex's differing greedy
 #          tokens), then the pair alone with flex + share_prefill
+# PART=flex2, the follow-up: does share_prefill add to flex, alone and packed, and which block size should flex
+# visit the cache in?
+#   GPU 0  scripts/device/flex_block_micro.py, then the pair alone: flex, flex + share_prefill, twice, alternating
+#   GPU 1  the rollout tests marked gpu in tests/rollout/test_decode_attention.py (Qwen2.5 0.5B/1.5B/7B head shapes)
+#   GPU 2  the pair packed 4 to the GPU with flex + share_prefill
+#   GPU 3  the pair packed 4 to the GPU with flex (at the same time as GPU 2)
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
@@ -89,11 +95,41 @@ gpu_tests() {  # gpu_tests <gpu> [more test files]
 V_FLEX="rollout.hf.decode_attention=flex"
 B3="--random-shape --lora --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008
   --gradient-checkpointing --prompts-per-step 1 --completion-len 512"
-lora3b() {  # lora3b <gpu> <name> <overrides>: the pair at 3B LoRA, 3 steps (the first not averaged)
-  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 320 $B $B3 --steps 3 --skip 1 --settings "$PAIR" --label "$2" --set $3 \
+lora3b() {  # lora3b <gpu> <name> <overrides>: the pair at 3B LoRA, 4 steps (the first 2 not averaged: compiles,
+  # and the heap freeze after step 1, 0.7-1.5 s in the second step's record)
+  CUDA_VISIBLE_DEVICES=$1 timeout -k 10 320 $B $B3 --steps 4 --skip 2 --settings "$PAIR" --label "$2" --set $3 \
     --out "$R/lora3b_$2" > "$R/lora3b_$2.log" 2>&1
   echo "lora3b $2 rc=$? at ${SECONDS}s"
 }
+if [ "${PART:-pair}" = flex2 ]; then
+  V_FS="$V_FLEX rollout.hf.share_prefill=true"
+  if [ "${SMOKE:-0}" = 1 ]; then  # the variant the device runs that PART=flex's smoke does not
+    variant 0 flex_share_1 "$V_FS rollout.hf.compile=true"
+  else
+    { CUDA_VISIBLE_DEVICES=${GPUS[0]} timeout -k 10 240 python3 scripts/device/flex_block_micro.py > "$R/micro.log" 2>&1
+      echo "micro rc=$? at ${SECONDS}s"
+      variant "${GPUS[0]}" flex_3 "$V_FLEX"; variant "${GPUS[0]}" flex_share_1 "$V_FS"
+      variant "${GPUS[0]}" flex_4 "$V_FLEX"; variant "${GPUS[0]}" flex_share_2 "$V_FS"; } &
+    gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py &
+    packed "${GPUS[2]}" "${BATCHES[1]}" flex_share "$V_FS" &
+    packed "${GPUS[3]}" "${BATCHES[1]}" flex "$V_FLEX" &
+    wait
+  fi
+  tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude='*.pt' --exclude='*.safetensors'
+  {
+    echo "## flex_attention's decode call by block size (scripts/device/flex_block_micro.py)"
+    cat "$R/micro.log" 2>/dev/null || echo "(not run)"; echo
+    for v in flex_3 flex_share_1 flex_4 flex_share_2; do
+      echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md" 2>/dev/null || echo "(not run)"; echo
+    done
+    for a in flex_share flex; do
+      echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch ${BATCHES[1]}, $a"
+      python3 scripts/phase_totals.py "$R/packed_b${BATCHES[1]}_$a" 2>&1 || echo "(not run)"; echo
+    done
+    echo "## Rollout tests marked gpu"; grep -h "greedy tokens differ\|passed\|failed\|skipped\|Error" "$R/gpu_tests.log" 2>/dev/null
+  } > "$O/table.md" 2>&1
+  cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
+fi
 if [ "${PART:-pair}" = flex ]; then
   if [ "${SMOKE:-0}" = 1 ]; then  # the flex variant alone and at (a tiny) LoRA, on the CPU's eager graph loop
     variant 0 flex_1 "$V_FLEX rollout.hf.compile=true"
