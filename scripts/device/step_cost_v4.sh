@@ -28,6 +28,7 @@
 #   GPU 1  the rollout tests marked gpu in tests/rollout/test_decode_attention.py (Qwen2.5 0.5B/1.5B/7B head shapes)
 #   GPU 2  the pair packed 4 to the GPU with flex + share_prefill
 #   GPU 3  the pair packed 4 to the GPU with flex (at the same time as GPU 2)
+#   On 2 GPUs the second runs the tests and then the two packings one after the other (WIN=90 keeps it in 10 min).
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
@@ -51,7 +52,8 @@ else
   source scripts/device/setup.sh || exit 1
   export OMP_NUM_THREADS=2
   mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader)
-  [ "${#GPUS[@]}" -ge 4 ] || { echo "needs 4 GPUs, found ${#GPUS[@]}"; exit 1; }
+  NEED=4; [ "${PART:-pair}" = flex2 ] && NEED=2  # flex2 runs on 2 GPUs too (below)
+  [ "${#GPUS[@]}" -ge $NEED ] || { echo "needs $NEED GPUs, found ${#GPUS[@]}"; exit 1; }
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
   BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002; PACKED=(512 1024)
 fi
@@ -110,9 +112,14 @@ if [ "${PART:-pair}" = flex2 ]; then
       echo "micro rc=$? at ${SECONDS}s"
       variant "${GPUS[0]}" flex_3 "$V_FLEX"; variant "${GPUS[0]}" flex_share_1 "$V_FS"
       variant "${GPUS[0]}" flex_4 "$V_FLEX"; variant "${GPUS[0]}" flex_share_2 "$V_FS"; } &
-    gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py &
-    packed "${GPUS[2]}" "${BATCHES[1]}" flex_share "$V_FS" &
-    packed "${GPUS[3]}" "${BATCHES[1]}" flex "$V_FLEX" &
+    if [ "${#GPUS[@]}" -ge 4 ]; then
+      gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py &
+      packed "${GPUS[2]}" "${BATCHES[1]}" flex_share "$V_FS" &
+      packed "${GPUS[3]}" "${BATCHES[1]}" flex "$V_FLEX" &
+    else  # 2 GPUs: the tests, then the two packings one after the other on the second
+      { gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py
+        packed "${GPUS[1]}" "${BATCHES[1]}" flex_share "$V_FS"; packed "${GPUS[1]}" "${BATCHES[1]}" flex "$V_FLEX"; } &
+    fi
     wait
   fi
   tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude='*.pt' --exclude='*.safetensors'
