@@ -64,21 +64,41 @@ def grouped_sdpa_forward(
     return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
 
 
+def decode_queries(heads: int, kv_heads: int) -> int:
+    """Query rows per KV head that a flex decode step passes: 1 (the query heads grouped by `enable_gqa`) where
+    torch's flex decoding kernel takes the group, i.e. a power-of-two number of query heads per KV head; else the
+    group's size G, its query heads folded into the query length as pods_sdpa folds them (Qwen2.5-0.5B and 7B:
+    G = 7, 1.5B: 6), since flex_attention's other kernel cannot run on 16-column blocks.
+
+    >>> [decode_queries(h, kv) for h, kv in ((4, 2), (16, 2), (14, 2), (12, 2), (8, 8))]
+    [1, 1, 7, 6, 1]
+    """
+    groups = heads // kv_heads
+    return 1 if groups & (groups - 1) == 0 else groups
+
+
 def flex_forward(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: BlockMask, scaling: float | None
 ) -> torch.Tensor:
     """(B, H, q, D) queries, (B, Hkv, L, D) keys and values, a block mask of (B, 1, q, L) -> (B, q, H, D):
-    flex_attention over the blocks the mask visits (grouped KV heads read once, `enable_gqa`). Compiled with
-    the forward around it on the graph loop's CUDA path; called eagerly (a CPU) it computes the same
-    attention densely, which torch warns about at every call: that warning is silenced here."""
-    gqa = query.shape[1] != key.shape[1]
+    flex_attention over the blocks the mask visits, grouped KV heads read once: by `enable_gqa`, or, with a
+    mask made for G * q query rows (decode_queries), with each group's query heads folded into its query length.
+    Compiled with the forward around it on the graph loop's CUDA path; called eagerly (a CPU) it computes the
+    same attention densely, which torch warns about at every call: that warning is silenced here."""
+    b, h, q, d = query.shape
+    hkv = key.shape[1]
+    groups = h // hkv
+    fold = groups > 1 and block_mask.seq_lengths[0] == groups * q
+    if fold:
+        query = query.reshape(b, hkv, groups * q, d)  # head j * G + g, position t -> row g * q + t of group j
+    kw = dict(block_mask=block_mask, scale=scaling, enable_gqa=groups > 1 and not fold)
     if torch.compiler.is_compiling():
-        out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=gqa)
+        out = flex_attention(query, key, value, **kw)
     else:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=gqa)
-    return out.transpose(1, 2).contiguous()
+            out = flex_attention(query, key, value, **kw)
+    return out.reshape(b, h, q, d).transpose(1, 2).contiguous()
 
 
 def visited_blocks(filled: torch.Tensor, block: int) -> torch.Tensor:
@@ -102,9 +122,10 @@ class DecodeBlockMask:
     scripts/device/flex_decode_check.py). Columns past L, in a last partial block, are masked. The block count
     only spares the compiled kernel the blocks past `filled`; the mask itself is `keep`, so `keep` must allow
     no column at or past `filled` (the decoder fills columns in order), and the dense eager path, which reads
-    every block, gives the same attention."""
+    every block, gives the same attention. `queries`: the query rows a step passes (decode_queries: 1, or a
+    KV group's folded query heads), all in one query block."""
 
-    def __init__(self, keep: torch.Tensor, block: int = 16):
+    def __init__(self, keep: torch.Tensor, block: int = 16, queries: int = 1):
         rows, width = keep.shape
         self.block, nblocks = block, -(-width // block)
         dev = keep.device
@@ -115,7 +136,11 @@ class DecodeBlockMask:
             return keep[b, kv.clamp(max=width - 1)] & (kv < width)
 
         self.mask = BlockMask.from_kv_blocks(
-            self.counts, order, BLOCK_SIZE=(block, block), mask_mod=attendable, seq_lengths=(1, width)
+            self.counts,
+            order,
+            BLOCK_SIZE=(block * -(-queries // block), block),
+            mask_mod=attendable,
+            seq_lengths=(queries, width),
         )
 
     def fill_to(self, filled: torch.Tensor) -> None:

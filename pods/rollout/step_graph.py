@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import torch
 from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from pods.rollout.attention import DecodeBlockMask
+from pods.rollout.attention import DecodeBlockMask, decode_queries
 from pods.rollout.fused import merge_linears
 
 
@@ -125,7 +125,12 @@ class StepDecoder:
         self.done = torch.zeros(rows, dtype=torch.bool, device=dev)
         self.out = torch.zeros(rows, cache_len, dtype=torch.long, device=dev)  # token fed at each column
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
-        self.flex = DecodeBlockMask(self.keep) if attention == "flex" else None  # reads `keep` in place
+        cfg = model.config
+        queries = decode_queries(
+            cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        )
+        # reads `keep` in place; one query row a KV head, or its group folded (pods/rollout/attention.py)
+        self.flex = DecodeBlockMask(self.keep, queries=queries) if attention == "flex" else None
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         # released graphs: never replayed, kept for their memory pools
         self.retired: dict[tuple, torch.cuda.CUDAGraph] = {}

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.errors import ConfigError
-from pods.rollout.attention import DecodeBlockMask, flex_forward, register
+from pods.rollout.attention import DecodeBlockMask, decode_queries, flex_forward, register
 from pods.rollout.hf import HFGenerator, _raise_recompile_limit
 from pods.rollout.step_graph import StepDecoder
 from tests.conftest import random_qwen2
@@ -23,15 +23,20 @@ SUMS = ["12 + 7 + 301 =\n", "3 + 45 + 8 + 990 =\n", "60 + 1 =\n", "512 + 77 + 6 
 
 
 @pytest.mark.parametrize("width", [20, 32, 37])  # a last partial block, whole blocks
-def test_block_mask_attends_what_the_tensor_mask_attends(width):
-    """Random left padding and holes, grouped heads: flex_forward over the blocks up to the filled width equals
-    SDPA with the (B, 1, 1, L) boolean mask, for every filled width, the same block mask updated in place."""
+@pytest.mark.parametrize(
+    "h,hkv", [(4, 2), (14, 2), (12, 2), (3, 3)]
+)  # grouped by enable_gqa, folded (7, 6), none
+def test_block_mask_attends_what_the_tensor_mask_attends(width, h, hkv):
+    """Random left padding and holes: flex_forward over the blocks up to the filled width equals SDPA with the
+    (B, 1, 1, L) boolean mask, for every filled width, the same block mask updated in place; grouped query heads
+    by enable_gqa or folded into the query length (decode_queries)."""
     g = torch.Generator().manual_seed(width)
-    b, h, hkv, d = 5, 4, 2, 8
+    b, d = 5, 8
     q = torch.randn(b, h, 1, d, generator=g)
     k, v = torch.randn(2, b, hkv, width, d, generator=g)
     keep = torch.zeros(b, width, dtype=torch.bool)
-    bm = DecodeBlockMask(keep, block=16)
+    bm = DecodeBlockMask(keep, block=16, queries=decode_queries(h, hkv))
+    assert bm.mask.seq_lengths == (h // hkv if h // hkv in (6, 7) else 1, width)
     start = torch.randint(0, 6, (b,), generator=g)
     for filled in range(7, width + 1):
         keep.zero_()
@@ -46,10 +51,11 @@ def test_block_mask_attends_what_the_tensor_mask_attends(width):
 
 
 @pytest.mark.parametrize("sampling", [(0.0, 1.0, 0), (1.0, 0.9, 5)])
-def test_decoder_with_flex_decodes_the_same_tokens(sampling):
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (14, 2)])  # a group of 2 (enable_gqa), of 7 (folded)
+def test_decoder_with_flex_decodes_the_same_tokens(sampling, heads, kv_heads):
     """Left padding, a finished row, a cache width that is not a multiple of the block: the same tokens as SDPA
     decode steps (greedy, and seeded sampling), run after run on one decoder and after release()."""
-    m = random_qwen2(vocab=61, hidden=32, heads=4, kv_heads=2).eval()
+    m = random_qwen2(vocab=61, hidden=8 * heads, heads=heads, kv_heads=kv_heads).eval()
     m.config._attn_implementation = register()  # the generation copy's attention
     ids = torch.randint(3, 61, (6, 7), generator=torch.Generator().manual_seed(1))
     ids[0, :2] = 0
@@ -148,7 +154,7 @@ def test_flex_decode_on_cuda_at_hub_attention_shapes(heads, kv_heads, head_dim):
     keep = torch.zeros(rows, width, dtype=torch.bool, device="cuda")
     keep[:, 5:57] = True
     keep[::3, 5:11] = False  # left padding of every third row
-    bm = DecodeBlockMask(keep)
+    bm = DecodeBlockMask(keep, queries=decode_queries(heads, kv_heads))  # as the decoder makes it
     bm.fill_to(torch.tensor([57], device="cuda"))
     got = torch.compile(flex_forward, dynamic=False)(q, k, v, bm.mask, None)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
