@@ -64,6 +64,31 @@ def grouped_sdpa_forward(
     return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
 
 
+def flex_decode_refusal(config) -> str | None:
+    """Why a model's decode steps cannot take the flex block mask (None if they can): DecodeBlockMask encodes
+    full causal attention over the filled cache and nothing else, and flex_forward replaces SDPA inside the
+    `sdpa` / pods_sdpa attention only.
+
+    >>> from transformers import Qwen2Config
+    >>> flex_decode_refusal(Qwen2Config(attn_implementation="sdpa")) is None
+    True
+    >>> flex_decode_refusal(Qwen2Config(attn_implementation="sdpa", layer_types=["sliding_attention"] * 32))
+    "layer types ['sliding_attention']: only full attention"
+    """
+    attn = getattr(config, "_attn_implementation", None)
+    if attn not in ("sdpa", NAME):
+        return f"attention {attn!r}: only sdpa"
+    types = set(getattr(config, "layer_types", None) or [])
+    if types - {"full_attention"}:
+        return f"layer types {sorted(types)}: only full attention"
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return "a sliding window: only full attention"
+    for key in ("attn_logit_softcapping", "attention_chunk_size"):
+        if getattr(config, key, None):
+            return f"{key}={getattr(config, key)}: only plain softmax attention"
+    return None
+
+
 def decode_queries(heads: int, kv_heads: int) -> int:
     """Query rows per KV head that a flex decode step passes: 1 (the query heads grouped by `enable_gqa`) where
     torch's flex decoding kernel takes the group, i.e. a power-of-two number of query heads per KV head; else the

@@ -37,9 +37,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from pods.batch import Rollouts, Sampling
 from pods.errors import ConfigError, at_least, choice
 from pods.models import canonical_device
-from pods.rollout.attention import NAME as ATTENTION
+from pods.rollout.attention import flex_decode_refusal
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
-from pods.rollout.gen_copy import GenerationCopy
+from pods.rollout.gen_copy import GenerationCopy, _unwrap
 from pods.rollout.step_graph import StepDecoder, shared_prompts
 
 CHECK_EVERY = 16  # graph loop on CUDA: decode tokens between two reads of "have all rows finished?"
@@ -223,18 +223,15 @@ class HFGenerator(Backend):
         self.compile_seconds = 0.0
         self.copy = None
         if compiled:
+            refusal = flex_decode_refusal(_unwrap(model).config) if decode_attention == "flex" else None
+            if refusal is not None:  # before the generation copy is made
+                raise ConfigError(f"rollout.hf.decode_attention=flex cannot decode this policy: {refusal}")
             _raise_recompile_limit(64)
             # fused q/k/v and gate/up need the graph loop's compile backend (pods/rollout/fused.py)
             fuse = fuse_projections and self.loop == "graph"
             self.copy = GenerationCopy(
                 model, self.device, dtype or torch.bfloat16, share=share_weights, fuse=fuse
             )
-            attn = self.copy.model.config._attn_implementation
-            if decode_attention == "flex" and attn != ATTENTION:
-                raise ConfigError(
-                    f"rollout.hf.decode_attention=flex needs the generation copy's attention {ATTENTION!r} "
-                    f"(from the policy's sdpa); this policy's is {attn!r}"
-                )
 
     @property
     def decoder(self):

@@ -105,9 +105,11 @@ def test_headline_rollouts_are_the_same_with_flex(headline, temperature):
     assert temperature == 0.0 or len(set(got.texts)) > len(SUMS)  # sampled: the rows of a prompt differ
 
 
-def test_flex_needs_the_copys_sdpa_attention(headline, make_cfg):
-    """A policy on another attention cannot take the flex decode: said when the config is checked, and by the
-    generator itself (its generation copy's attention is the policy's)."""
+def test_flex_refuses_what_its_mask_cannot_express(headline, make_cfg):
+    """A policy on another attention, or with sliding-window layers, cannot take the flex decode: said when the
+    config is checked, and by the generator before it copies the policy."""
+    from transformers import Qwen2Config
+
     from pods.train import preflight
 
     with pytest.raises(ConfigError, match="hardware.attn_implementation=eager"):
@@ -116,8 +118,15 @@ def test_flex_needs_the_copys_sdpa_attention(headline, make_cfg):
         preflight(make_cfg("rollout.hf.decode_attention=fast"))
     model, tok = headline
     eager = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32, attn_implementation="eager")
-    with pytest.raises(ConfigError, match="needs the generation copy's attention 'pods_sdpa'"):
+    with pytest.raises(ConfigError, match="cannot decode this policy: attention 'eager': only sdpa"):
         HFGenerator(eager, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128, decode_attention="flex")
+    own = {k: v for k, v in model.config.to_dict().items() if k != "layer_types"}
+    cfg = Qwen2Config(**{**own, "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0})
+    assert cfg.layer_types == ["sliding_attention"] * 6  # transformers derives the layers' types
+    windowed = AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(ConfigError, match="layer types \\['sliding_attention'\\]: only full attention"):
+        HFGenerator(windowed, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128, decode_attention="flex")
+    HFGenerator(windowed, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128)  # SDPA decodes it
 
 
 @pytest.mark.gpu
