@@ -57,6 +57,8 @@ else
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
   BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002; PACKED=(512 1024)
 fi
+# the device's copy of .git can be older than the tree it carries: a digest of pods/ tells the tree apart
+echo "pods/ sources sha1 $(find pods -name '*.py' -type f | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)"
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); frozen: lr $LR, $SETTING_EXTRA; window ${WIN}s"
 # the confirm calls' common setting (scripts/device/headline_v4.sh), with the rollout batch left to each GPU
 COMMON="model=headline dataset=arithmetic_hard_local dataset.eval_task=data/arithmetic_hard/eval_2k.jsonl
