@@ -140,39 +140,47 @@ class DecodeBlockMask:
     """flex_attention's block mask for one-query decode steps over a static cache whose attendable columns are
     the (B, L) boolean buffer `keep` (read at each call: it may change in place).
 
-    Every row visits the blocks that hold columns 0 .. filled - 1, and within them attends the columns `keep`
-    allows: left padding and unfilled columns stay masked as with the tensor mask. `fill_to(filled)` sets the
-    visited block count in place from a device tensor, so a captured CUDA graph that calls it follows the
-    decode without re-capture (one H200: outputs equal SDPA's within bf16 rounding after each update,
-    scripts/device/flex_decode_check.py). Columns past L, in a last partial block, are masked. The block count
-    only spares the compiled kernel the blocks past `filled`; the mask itself is `keep`, so `keep` must allow
-    no column at or past `filled` (the decoder fills columns in order), and the dense eager path, which reads
-    every block, gives the same attention. `queries`: the query rows a step passes (decode_queries: 1, or a
-    KV group's folded query heads), all in one query block."""
+    Each row visits the blocks from the one holding its first attendable column (`start_at`: a left-padded
+    prompt's padding blocks are skipped) to the one holding column filled - 1 (`fill_to`), and within them
+    attends the columns `keep` allows: padding and unfilled columns stay masked as with the tensor mask. Both
+    are set in place from device tensors, so a captured CUDA graph that calls `fill_to` follows the decode
+    without re-capture (one H200: outputs equal SDPA's within bf16 rounding after each update,
+    scripts/device/flex_decode_check.py). Columns past L, in a last partial block, are masked. The visited
+    blocks only spare the compiled kernel what they leave out; the mask itself is `keep`, so `keep` must allow
+    no column before a row's start or at or past `filled` (the decoder fills columns in order after the
+    left-padded prompt), and the dense eager path, which reads every block, gives the same attention.
+    `queries`: the query rows a step passes (decode_queries: 1, or a KV group's folded query heads), all in one
+    query block."""
 
     def __init__(self, keep: torch.Tensor, block: int = 16, queries: int = 1):
         rows, width = keep.shape
-        self.block, nblocks = block, -(-width // block)
+        self.block, self.nblocks = block, -(-width // block)
         dev = keep.device
         self.counts = torch.zeros(rows, 1, 1, dtype=torch.int32, device=dev)  # blocks visited, per row
-        order = torch.arange(nblocks, dtype=torch.int32, device=dev).expand(rows, 1, 1, nblocks).contiguous()
+        self.first = torch.zeros(rows, 1, 1, dtype=torch.int32, device=dev)  # each row's first visited block
+        self.steps = torch.arange(self.nblocks, dtype=torch.int32, device=dev)
+        self.order = self.steps.expand(rows, 1, 1, self.nblocks).contiguous()  # the blocks, in visiting order
 
         def attendable(b, h, q, kv):
             return keep[b, kv.clamp(max=width - 1)] & (kv < width)
 
         self.mask = BlockMask.from_kv_blocks(
             self.counts,
-            order,
+            self.order,
             BLOCK_SIZE=(block * -(-queries // block), block),
             mask_mod=attendable,
             seq_lengths=(queries, width),
         )
 
+    def start_at(self, first_cols: torch.Tensor) -> None:
+        """(B,) each row's first attendable column: its visits begin at that column's block."""
+        first = (first_cols // self.block).to(torch.int32).view(-1, 1, 1)
+        self.first.copy_(first)
+        self.order.copy_((first[..., None] + self.steps).clamp(max=self.nblocks - 1))
+
     def fill_to(self, filled: torch.Tensor) -> None:
-        """Visit the blocks holding the first `filled` columns ((1,) or scalar long tensor, on the device)."""
-        self.counts.copy_(
-            visited_blocks(filled, self.block).to(torch.int32).reshape(1, 1, 1).expand_as(self.counts)
-        )
+        """Visit the blocks up to the one holding column filled - 1 ((1,) or scalar long tensor, on the device)."""
+        self.counts.copy_(visited_blocks(filled, self.block).to(torch.int32).reshape(1, 1, 1) - self.first)
 
 
 def register() -> str:

@@ -291,6 +291,8 @@ class StepDecoder:
         self.cache.reset()
         self.keep.zero_()
         self.keep[:, :lp] = am.bool()
+        if self.flex is not None:  # skip each row's blocks of left padding
+            self.flex.start_at(am.long().argmax(1))
         self.done.copy_(done)
         self.out.fill_(self.pad_id)
         self.col.fill_(lp)

@@ -28,7 +28,8 @@
 #   GPU 1  the rollout tests marked gpu in tests/rollout/test_decode_attention.py (Qwen2.5 0.5B/1.5B/7B head shapes)
 #   GPU 2  the pair packed 4 to the GPU with flex + share_prefill
 #   GPU 3  the pair packed 4 to the GPU with flex (at the same time as GPU 2)
-#   On 2 GPUs the second runs the tests and then the two packings one after the other (WIN=90 keeps it in 10 min).
+#   On 2 GPUs the second runs the tests and then the two packings one after the other (WIN=90 keeps it in 10 min);
+#   on 1 GPU, one after another: the four alone runs, the tests, the packing with flex + share_prefill (no micro).
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
@@ -52,7 +53,7 @@ else
   source scripts/device/setup.sh || exit 1
   export OMP_NUM_THREADS=2
   mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader)
-  NEED=4; [ "${PART:-pair}" = flex2 ] && NEED=2  # flex2 runs on 2 GPUs too (below)
+  NEED=4; [ "${PART:-pair}" = flex2 ] && NEED=1  # flex2 runs on 1 or 2 GPUs too (below)
   [ "${#GPUS[@]}" -ge $NEED ] || { echo "needs $NEED GPUs, found ${#GPUS[@]}"; exit 1; }
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
   BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002; PACKED=(512 1024)
@@ -110,15 +111,25 @@ if [ "${PART:-pair}" = flex2 ]; then
   if [ "${SMOKE:-0}" = 1 ]; then  # the variant the device runs that PART=flex's smoke does not
     variant 0 flex_share_1 "$V_FS rollout.hf.compile=true"
   else
-    { CUDA_VISIBLE_DEVICES=${GPUS[0]} timeout -k 10 240 python3 scripts/device/flex_block_micro.py > "$R/micro.log" 2>&1
-      echo "micro rc=$? at ${SECONDS}s"
+    alone4() {
       variant "${GPUS[0]}" flex_3 "$V_FLEX"; variant "${GPUS[0]}" flex_share_1 "$V_FS"
-      variant "${GPUS[0]}" flex_4 "$V_FLEX"; variant "${GPUS[0]}" flex_share_2 "$V_FS"; } &
+      variant "${GPUS[0]}" flex_4 "$V_FLEX"; variant "${GPUS[0]}" flex_share_2 "$V_FS"
+    }
+    micro() {
+      CUDA_VISIBLE_DEVICES=${GPUS[0]} timeout -k 10 240 python3 scripts/device/flex_block_micro.py > "$R/micro.log" 2>&1
+      echo "micro rc=$? at ${SECONDS}s"
+    }
+    if [ "${#GPUS[@]}" -eq 1 ]; then  # 1 GPU: no micro and one packing (flex + share_prefill), within 10 min
+      alone4; gpu_tests "${GPUS[0]}" tests/rollout/test_decode_attention.py
+      packed "${GPUS[0]}" "${BATCHES[1]}" flex_share "$V_FS"
+    else
+      { micro; alone4; } &
+    fi
     if [ "${#GPUS[@]}" -ge 4 ]; then
       gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py &
       packed "${GPUS[2]}" "${BATCHES[1]}" flex_share "$V_FS" &
       packed "${GPUS[3]}" "${BATCHES[1]}" flex "$V_FLEX" &
-    else  # 2 GPUs: the tests, then the two packings one after the other on the second
+    elif [ "${#GPUS[@]}" -ge 2 ]; then  # 2 GPUs: the tests, then the two packings one after the other on the second
       { gpu_tests "${GPUS[1]}" tests/rollout/test_decode_attention.py
         packed "${GPUS[1]}" "${BATCHES[1]}" flex_share "$V_FS"; packed "${GPUS[1]}" "${BATCHES[1]}" flex "$V_FLEX"; } &
     fi

@@ -37,14 +37,20 @@ def test_block_mask_attends_what_the_tensor_mask_attends(width, h, hkv):
     keep = torch.zeros(b, width, dtype=torch.bool)
     bm = DecodeBlockMask(keep, block=16, queries=decode_queries(h, hkv))
     assert bm.mask.seq_lengths == (h // hkv if h // hkv in (6, 7) else 1, width)
-    start = torch.randint(0, 6, (b,), generator=g)
-    for filled in range(7, width + 1):
+    start = torch.tensor([0, 3, 15, 16, 18])  # left padding: none, in the first block, a whole block and more
+    bm.start_at(start)
+    assert bm.first.flatten().tolist() == [0, 0, 0, 1, 1]
+    assert bm.order[3, 0, 0].tolist() == [min(1 + j, bm.nblocks - 1) for j in range(bm.nblocks)]
+    for filled in range(19, width + 1):
         keep.zero_()
         for r in range(b):
             keep[r, start[r] : filled] = True
-        keep[1, start[1]] = False  # a hole inside the filled part stays masked
+        keep[1, start[1] + 1] = False  # a hole inside the filled part stays masked
         bm.fill_to(torch.tensor([filled]))
-        assert bm.counts.flatten().tolist() == [-(-filled // 16)] * b
+        want_counts = [-(-filled // 16) - int(s) // 16 for s in start]
+        assert (
+            bm.counts.flatten().tolist() == want_counts
+        )  # blocks from the first attendable one to filled - 1
         got = flex_forward(q, k, v, bm.mask, None)  # (B, 1, H, D)
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
         torch.testing.assert_close(got, want.transpose(1, 2), rtol=1e-5, atol=1e-5)
@@ -161,9 +167,10 @@ def test_flex_decode_on_cuda_at_hub_attention_shapes(heads, kv_heads, head_dim):
     q = torch.randn(rows, heads, 1, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = torch.randn(2, rows, kv_heads, width, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
     keep = torch.zeros(rows, width, dtype=torch.bool, device="cuda")
-    keep[:, 5:57] = True
-    keep[::3, 5:11] = False  # left padding of every third row
+    keep[:, 20:57] = True  # left padding: 20 columns, and 37 in every third row (blocks 0, and 0-1, skipped)
+    keep[::3, 20:37] = False
     bm = DecodeBlockMask(keep, queries=decode_queries(heads, kv_heads))  # as the decoder makes it
+    bm.start_at(keep.long().argmax(1))
     bm.fill_to(torch.tensor([57], device="cuda"))
     got = torch.compile(flex_forward, dynamic=False)(q, k, v, bm.mask, None)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
