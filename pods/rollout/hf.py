@@ -122,6 +122,11 @@ class HFSettings:
         at_least("rollout.hf.prompt_bucket", self.prompt_bucket, 1)
         choice("rollout.hf.loop", self.loop, ["generate", "graph"])
         choice("rollout.hf.decode_attention", self.decode_attention, ["sdpa", "flex"])
+        if self.decode_attention == "flex" and self.loop == "generate":
+            raise ConfigError(
+                "rollout.hf.decode_attention=flex acts on the graph loop's decode steps only; "
+                "rollout.hf.loop=generate decodes with transformers' own loop: use rollout.hf.loop=graph"
+            )
 
 
 def hf_settings(settings: RolloutSettings) -> HFSettings:

@@ -122,6 +122,8 @@ def test_flex_refuses_what_its_mask_cannot_express(headline, make_cfg):
         preflight(make_cfg("rollout.hf.decode_attention=flex", "hardware.attn_implementation=eager"))
     with pytest.raises(ConfigError, match="rollout.hf.decode_attention"):
         preflight(make_cfg("rollout.hf.decode_attention=fast"))
+    with pytest.raises(ConfigError, match="use rollout.hf.loop=graph"):
+        preflight(make_cfg("rollout.hf.decode_attention=flex", "rollout.hf.loop=generate"))
     model, tok = headline
     eager = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32, attn_implementation="eager")
     with pytest.raises(ConfigError, match="cannot decode this policy: attention 'eager': only sdpa"):
