@@ -151,8 +151,7 @@ if [ "${PART:-pair}" = flex2 ]; then
   cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
 fi
 if [ "${PART:-pair}" = flex ]; then
-  if [ "${SMOKE:-0}" = 1 ]; then  # the flex variant alone and at (a tiny) LoRA, on the CPU's eager graph loop
-    variant 0 flex_1 "$V_FLEX rollout.hf.compile=true"
+  if [ "${SMOKE:-0}" = 1 ]; then  # the flex pair through the Trainer at (a tiny) LoRA, on the CPU's eager graph loop
     B3="--random-shape --lora --layers 2 --hidden 64 --vocab 512 --prompts-per-step 1 --completion-len 8"
     lora3b 0 share_flex "rollout.hf.share_prefill=true $V_FLEX rollout.hf.compile=true"
   else
