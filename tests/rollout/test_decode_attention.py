@@ -5,21 +5,17 @@ there counts the greedy tokens that differ."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from pods.errors import ConfigError
 from pods.rollout.attention import DecodeBlockMask, decode_queries, flex_forward, register
 from pods.rollout.hf import HFGenerator, _raise_recompile_limit
 from pods.rollout.step_graph import StepDecoder
 from tests.conftest import random_qwen2
-
-HEADLINE = Path(__file__).resolve().parents[2] / "pods" / "assets" / "headline"
-SUMS = ["12 + 7 + 301 =\n", "3 + 45 + 8 + 990 =\n", "60 + 1 =\n", "512 + 77 + 6 =\n"]
+from tests.rollout.conftest import HEADLINE, SUMS, greedy_differences, headline_rollouts
 
 
 @pytest.mark.parametrize("width", [20, 32, 37])  # a last partial block, whole blocks
@@ -81,32 +77,12 @@ def test_decoder_with_flex_decodes_the_same_tokens(sampling, heads, kv_heads):
         StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False, attention="flash")
 
 
-@pytest.fixture(scope="module")
-def headline():
-    tok = AutoTokenizer.from_pretrained(HEADLINE)
-    model = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32).eval()
-    return model, tok
-
-
-def _rollouts(
-    headline, device: str, attention: str, temperature: float, n: int, seed: int = 3, new: int = 96
-):
-    model, tok = headline
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    g = HFGenerator(
-        model.to(device), tok, device, 512, new, compiled=True, dtype=dtype, max_prompt_len=128,
-        release_cache=True, decode_attention=attention,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    return g.generate(SUMS, list(range(len(SUMS))), n, temperature)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_headline_rollouts_are_the_same_with_flex(headline, temperature):
     """The shipped headline policy through the graph loop (eager on a CPU), 4 prompts x 4 rows, 24 new tokens:
     the same completions with flex decode attention, greedy and at the headline's temperature."""
-    want = _rollouts(headline, "cpu", "sdpa", temperature, 4, new=24)
-    got = _rollouts(headline, "cpu", "flex", temperature, 4, new=24)
+    want = headline_rollouts(headline, "cpu", temperature, 4, new=24)
+    got = headline_rollouts(headline, "cpu", temperature, 4, new=24, decode_attention="flex")
     assert got.texts == want.texts and torch.equal(got.input_ids, want.input_ids)
     assert temperature == 0.0 or len(set(got.texts)) > len(SUMS)  # sampled: the rows of a prompt differ
 
@@ -143,15 +119,9 @@ def test_headline_greedy_tokens_with_flex_on_cuda(headline):
     prompt must stay identical to each other, and the printed count says how many greedy tokens differ."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    want = _rollouts(headline, "cuda", "sdpa", 0.0, 64)
-    got = _rollouts(headline, "cuda", "flex", 0.0, 64)
-    mask = want.completion_mask.bool() | got.completion_mask.bool()
-    differ = int(((want.input_ids != got.input_ids)[:, want.prompt_len :] & mask).sum())
-    rows_differ = int(((want.input_ids != got.input_ids).any(1)).sum())
-    print(f"decode_attention=flex on CUDA: {differ} of {int(mask.sum())} greedy tokens differ, in {rows_differ} "
-          f"of {len(want.texts)} rows")  # fmt: skip
-    for texts in (got.texts, want.texts):
-        assert all(len(set(texts[i : i + 64])) == 1 for i in range(0, len(texts), 64))
+    want = headline_rollouts(headline, "cuda", 0.0, 64)
+    got = headline_rollouts(headline, "cuda", 0.0, 64, decode_attention="flex")
+    print(f"decode_attention=flex on CUDA: {greedy_differences(want, got, 64)}")
 
 
 @pytest.mark.gpu

@@ -4,18 +4,12 @@ the prompt's forward runs at another batch size, and the test there counts the g
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.rollout.hf import HFGenerator
 from pods.rollout.step_graph import StepDecoder, shared_prompts
 from tests.conftest import random_qwen2
-
-HEADLINE = Path(__file__).resolve().parents[2] / "pods" / "assets" / "headline"
-SUMS = ["12 + 7 + 301 =\n", "3 + 45 + 8 + 990 =\n", "60 + 1 =\n", "512 + 77 + 6 =\n"]
+from tests.rollout.conftest import SUMS, greedy_differences, headline_rollouts
 
 
 def test_shared_prompts_finds_runs_of_identical_rows():
@@ -52,30 +46,12 @@ def test_decoder_with_a_shared_prefill_decodes_the_same_tokens(sampling):
         shared.release()  # and again after the cache was freed
 
 
-@pytest.fixture(scope="module")
-def headline():
-    tok = AutoTokenizer.from_pretrained(HEADLINE)
-    model = AutoModelForCausalLM.from_pretrained(HEADLINE, dtype=torch.float32).eval()
-    return model, tok
-
-
-def _rollouts(headline, device: str, share: bool, temperature: float, n: int, seed: int = 3, new: int = 96):
-    model, tok = headline
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    g = HFGenerator(
-        model.to(device), tok, device, 512, new, compiled=True, dtype=dtype, max_prompt_len=128,
-        share_prefill=share, release_cache=True,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    return g.generate(SUMS, list(range(len(SUMS))), n, temperature)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_headline_rollouts_are_the_same_with_a_shared_prefill(headline, temperature):
     """The shipped headline policy through the graph loop (eager on a CPU), 4 prompts x 4 rows in one chunk,
     24 new tokens: the same completions, greedy and at the headline's temperature under a fixed seed."""
-    want = _rollouts(headline, "cpu", False, temperature, 4, new=24)
-    got = _rollouts(headline, "cpu", True, temperature, 4, new=24)
+    want = headline_rollouts(headline, "cpu", temperature, 4, new=24)
+    got = headline_rollouts(headline, "cpu", temperature, 4, new=24, share_prefill=True)
     assert got.texts == want.texts and torch.equal(got.input_ids, want.input_ids)
     assert temperature == 0.0 or len(set(got.texts)) > len(SUMS)  # sampled: the rows of a prompt differ
 
@@ -87,15 +63,9 @@ def test_headline_greedy_tokens_with_a_shared_prefill_on_cuda(headline):
     printed count says how many greedy tokens differ from a prefill per row."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    want = _rollouts(headline, "cuda", False, 0.0, 64)
-    got = _rollouts(headline, "cuda", True, 0.0, 64)
-    mask = want.completion_mask.bool() | got.completion_mask.bool()
-    differ = int(((want.input_ids != got.input_ids)[:, want.prompt_len :] & mask).sum())
-    rows_differ = int(((want.input_ids != got.input_ids).any(1)).sum())
-    print(f"share_prefill on CUDA: {differ} of {int(mask.sum())} greedy tokens differ, in {rows_differ} of "
-          f"{len(want.texts)} rows")  # fmt: skip
-    for texts in (got.texts, want.texts):
-        assert all(len(set(texts[i : i + 64])) == 1 for i in range(0, len(texts), 64))
+    want = headline_rollouts(headline, "cuda", 0.0, 64)
+    got = headline_rollouts(headline, "cuda", 0.0, 64, share_prefill=True)
+    print(f"share_prefill on CUDA: {greedy_differences(want, got, 64)}")
 
 
 def test_training_with_a_shared_prefill_matches_and_resumes_bitwise(make_cfg, tmp_path):
