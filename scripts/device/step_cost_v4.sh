@@ -106,6 +106,17 @@ lora3b() {  # lora3b <gpu> <name> <overrides>: the pair at 3B LoRA, 4 steps (the
     --out "$R/lora3b_$2" > "$R/lora3b_$2.log" 2>&1
   echo "lora3b $2 rc=$? at ${SECONDS}s"
 }
+alone_tables() {  # alone_tables <variant>...: each variant's table of the pair alone at the larger batch
+  local v; for v in "$@"; do
+    echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md" 2>/dev/null || echo "(not run)"; echo
+  done
+}
+packed_tables() {  # packed_tables <name>...: each packing's per-run totals at the larger batch
+  local a; for a in "$@"; do
+    echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch ${BATCHES[1]}, $a"
+    python3 scripts/phase_totals.py "$R/packed_b${BATCHES[1]}_$a" 2>&1 || echo "(not run)"; echo
+  done
+}
 if [ "${PART:-pair}" = flex2 ]; then
   V_FS="$V_FLEX rollout.hf.share_prefill=true"
   if [ "${SMOKE:-0}" = 1 ]; then  # the variant the device runs that PART=flex's smoke does not
@@ -139,13 +150,8 @@ if [ "${PART:-pair}" = flex2 ]; then
   {
     echo "## flex_attention's decode call by block size (scripts/device/flex_block_micro.py)"
     cat "$R/micro.log" 2>/dev/null || echo "(not run)"; echo
-    for v in flex_3 flex_share_1 flex_4 flex_share_2; do
-      echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md" 2>/dev/null || echo "(not run)"; echo
-    done
-    for a in flex_share flex; do
-      echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch ${BATCHES[1]}, $a"
-      python3 scripts/phase_totals.py "$R/packed_b${BATCHES[1]}_$a" 2>&1 || echo "(not run)"; echo
-    done
+    alone_tables flex_3 flex_share_1 flex_4 flex_share_2
+    packed_tables flex_share flex
     echo "## Rollout tests marked gpu"; grep -h "greedy tokens differ\|passed\|failed\|skipped\|Error" "$R/gpu_tests.log" 2>/dev/null
   } > "$O/table.md" 2>&1
   cat "$O/table.md"; echo "call done in ${SECONDS}s"; exit 0
@@ -167,13 +173,8 @@ if [ "${PART:-pair}" = flex ]; then
   fi
   tar czf "$O/step_cost_v4.tgz" -C "$(dirname "$R")" "$(basename "$R")" --exclude='*.pt' --exclude='*.safetensors'
   {
-    for v in sdpa_1 flex_1 sdpa_2 flex_2 flex_share; do
-      echo "## Alone on one GPU, rollout batch ${BATCHES[1]}, $v"; cat "$R/cache_$v/results.md" 2>/dev/null || echo "(not run)"; echo
-    done
-    for a in sdpa flex; do
-      echo "## 4 runs on one GPU (2 GRPO 16/16 + 2 PODS 64/16, eval every ${EVERY}s), rollout batch ${BATCHES[1]}, $a"
-      python3 scripts/phase_totals.py "$R/packed_b${BATCHES[1]}_$a" 2>&1 || echo "(not run)"; echo
-    done
+    alone_tables sdpa_1 flex_1 sdpa_2 flex_2 flex_share
+    packed_tables sdpa flex
     for v in share share_flex; do
       echo "## 3B LoRA, $v"; cat "$R/lora3b_$v/results.md" 2>/dev/null || echo "(not run)"; echo
     done
