@@ -25,10 +25,14 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+try:  # torch >= 2.5 (flex decode tested on 2.11 and 2.13); older: rollout.hf.decode_attention=flex is refused
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # pragma: no cover - the project's torch has it
+    BlockMask = flex_attention = None
 
 NAME = "pods_sdpa"
 
@@ -44,7 +48,12 @@ def grouped_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Same signature and result as transformers' sdpa_attention_forward: (B, q, H, D) and None."""
-    if isinstance(attention_mask, BlockMask):
+    if BlockMask is not None and isinstance(attention_mask, BlockMask):
+        unsupported = {
+            k: kwargs[k] for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None
+        }
+        if unsupported:  # the block mask encodes full attention over the filled cache only
+            raise ValueError(f"pods_sdpa: the flex decode mask cannot apply {unsupported}")
         return flex_forward(query, key, value, attention_mask, scaling), None
     groups = getattr(module, "num_key_value_groups", 1)
     if groups == 1 or attention_mask is None:  # nothing to expand, or SDPA's own enable_gqa applies
@@ -61,7 +70,7 @@ def grouped_sdpa_forward(
     out = torch.nn.functional.scaled_dot_product_attention(
         folded, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
     )  # (B, Hkv, G * q, D)
-    return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
+    return out.reshape(b, h, q, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
 def flex_decode_refusal(config) -> str | None:
@@ -78,11 +87,15 @@ def flex_decode_refusal(config) -> str | None:
     attn = getattr(config, "_attn_implementation", None)
     if attn not in ("sdpa", NAME):
         return f"attention {attn!r}: only sdpa"
+    if BlockMask is None:
+        return f"torch {torch.__version__} has no flex_attention (2.5 or later; tested on 2.11 and 2.13)"
     types = set(getattr(config, "layer_types", None) or [])
     if types - {"full_attention"}:
         return f"layer types {sorted(types)}: only full attention"
-    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
-        return "a sliding window: only full attention"
+    if (
+        getattr(config, "sliding_window", None) and not types
+    ):  # a window with no layer types to say it is unused
+        return f"sliding_window={config.sliding_window}: only full attention"
     for key in ("attn_logit_softcapping", "attention_chunk_size"):
         if getattr(config, key, None):
             return f"{key}={getattr(config, key)}: only plain softmax attention"
@@ -109,12 +122,16 @@ def flex_forward(
     flex_attention over the blocks the mask visits, grouped KV heads read once: by `enable_gqa`, or, with a
     mask made for G * q query rows (decode_queries), with each group's query heads folded into its query length.
     Compiled with the forward around it on the graph loop's CUDA path; called eagerly (a CPU) it computes the
-    same attention densely, which torch warns about at every call: that warning is silenced here."""
+    same attention densely, which torch warns about (once a process): that warning is silenced here."""
     b, h, q, d = query.shape
     hkv = key.shape[1]
     groups = h // hkv
     fold = groups > 1 and block_mask.seq_lengths[0] == groups * q
     if fold:
+        if (
+            q != 1
+        ):  # the mask's rows would be (head, position) pairs it does not tell apart: decode steps only
+            raise ValueError(f"flex_forward folds grouped heads for one query a row, got {q}")
         query = query.reshape(b, hkv, groups * q, d)  # head j * G + g, position t -> row g * q + t of group j
     kw = dict(block_mask=block_mask, scale=scaling, enable_gqa=groups > 1 and not fold)
     if torch.compiler.is_compiling():
@@ -123,7 +140,7 @@ def flex_forward(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             out = flex_attention(query, key, value, **kw)
-    return out.reshape(b, h, q, d).transpose(1, 2).contiguous()
+    return out.reshape(b, h, q, value.shape[-1]).transpose(1, 2).contiguous()
 
 
 def visited_blocks(filled: torch.Tensor, block: int) -> torch.Tensor:
@@ -144,8 +161,9 @@ class DecodeBlockMask:
     prompt's padding blocks are skipped) to the one holding column filled - 1 (`fill_to`), and within them
     attends the columns `keep` allows: padding and unfilled columns stay masked as with the tensor mask. Both
     are set in place from device tensors, so a captured CUDA graph that calls `fill_to` follows the decode
-    without re-capture (one H200: outputs equal SDPA's within bf16 rounding after each update,
-    scripts/device/flex_decode_check.py). Columns past L, in a last partial block, are masked. The visited
+    without re-capture (H200: flex outputs equal SDPA's within bf16 rounding after in-place updates inside one
+    graph, scripts/device/flex_decode_check.py; this class's mask at hub head shapes, and the headline policy's
+    greedy tokens through the decoder, in tests/rollout/test_decode_attention.py's gpu tests). Columns past L, in a last partial block, are masked. The visited
     blocks only spare the compiled kernel what they leave out; the mask itself is `keep`, so `keep` must allow
     no column before a row's start or at or past `filled` (the decoder fills columns in order after the
     left-padded prompt), and the dense eager path, which reads every block, gives the same attention.
@@ -153,6 +171,8 @@ class DecodeBlockMask:
     query block."""
 
     def __init__(self, keep: torch.Tensor, block: int = 16, queries: int = 1):
+        if BlockMask is None:
+            raise RuntimeError(f"torch {torch.__version__} has no flex_attention")
         rows, width = keep.shape
         self.block, self.nblocks = block, -(-width // block)
         dev = keep.device
@@ -174,7 +194,7 @@ class DecodeBlockMask:
 
     def start_at(self, first_cols: torch.Tensor) -> None:
         """(B,) each row's first attendable column: its visits begin at that column's block."""
-        first = (first_cols // self.block).to(torch.int32).view(-1, 1, 1)
+        first = (first_cols.to(self.first.device) // self.block).to(torch.int32).view(-1, 1, 1)
         self.first.copy_(first)
         self.order.copy_((first[..., None] + self.steps).clamp(max=self.nblocks - 1))
 

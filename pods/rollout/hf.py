@@ -26,6 +26,7 @@ Two paths, one sampling distribution:
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from contextlib import contextmanager, nullcontext
@@ -41,6 +42,8 @@ from pods.rollout.attention import flex_decode_refusal
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy, _unwrap
 from pods.rollout.step_graph import StepDecoder, shared_prompts
+
+log = logging.getLogger(__name__)
 
 CHECK_EVERY = 16  # graph loop on CUDA: decode tokens between two reads of "have all rows finished?"
 
@@ -222,6 +225,13 @@ class HFGenerator(Backend):
         if loop not in ("generate", "graph"):
             raise ValueError(f"rollout.hf.loop={loop!r} is not valid; allowed values: generate, graph")
         self.loop = loop if compiled else "generate"  # the graph loop decodes the static-cache copy
+        if decode_attention == "flex" and self.loop != "graph":  # e.g. rollout.hf.compile=auto on a CPU
+            log.warning(
+                "rollout.hf.decode_attention=flex has no effect here: transformers' generate() decodes, not the "
+                "graph loop (compiled=%s on %s; rollout.hf.compile=auto compiles on CUDA only)",
+                compiled,
+                self.device,
+            )
         self.step_decoders: dict[tuple[int, int], StepDecoder] = {}  # (rows, cache length) -> its decoder
         self.release_cache = release_cache  # graph loop: caches and graphs freed after each generate()
         self.warm_shapes: set[tuple] = set()

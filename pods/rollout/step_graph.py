@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import torch
 from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from pods.rollout.attention import NAME as ATTENTION
 from pods.rollout.attention import DecodeBlockMask, decode_queries
 from pods.rollout.fused import merge_linears
 
@@ -113,6 +114,11 @@ class StepDecoder:
     ):
         if attention not in ("sdpa", "flex"):
             raise ValueError(f"decode attention {attention!r} is not valid; allowed values: sdpa, flex")
+        if attention == "flex" and model.config._attn_implementation != ATTENTION:
+            raise ValueError(
+                f"flex decode attention runs inside {ATTENTION!r}; this model's attention is "
+                f"{model.config._attn_implementation!r}"
+            )
         self.model, self.cache_len, self.pad_id, self.capture = model, cache_len, pad_id, capture
         self.device = dev = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
@@ -218,7 +224,7 @@ class StepDecoder:
     def _step(self, sampling: tuple[float, float, int]) -> None:
         """One decode step, buffers in and out (what the graph holds): feed `tokens` at column `col`."""
         self.keep.index_fill_(1, self.col, True)
-        if self.flex is not None:  # visit the blocks of columns 0 .. col only
+        if self.flex is not None:  # visit each row's blocks from its first prompt token's to column col
             self.flex.fill_to(self.col + 1)
             mask = self.flex.mask
         else:

@@ -39,12 +39,19 @@ def headline_rollouts(
     return g.generate(SUMS, list(range(len(SUMS))), n, temperature)
 
 
-def greedy_differences(want, got, n: int) -> str:
+def greedy_differences(want, got, n: int, at_most: float = 0.01) -> str:
     """Two greedy rollouts of SUMS x n -> "D of T greedy tokens differ, in R of B rows" (completion tokens of
-    either run); asserts that the n rows of each prompt are identical within each run, as greedy rows must be."""
+    either run). Asserts that the n rows of each prompt are identical within each run, as greedy rows must be,
+    and that at most `at_most` of the tokens differ: a change of rounding flips a near-tie now and then (the
+    trained headline policy: 0 of 7,616 on an H200), a wrong attention makes most rows differ."""
     mask = want.completion_mask.bool() | got.completion_mask.bool()
-    differ = int(((want.input_ids != got.input_ids)[:, want.prompt_len :] & mask).sum())
+    differ, total = (
+        int(((want.input_ids != got.input_ids)[:, want.prompt_len :] & mask).sum()),
+        int(mask.sum()),
+    )
     rows = int(((want.input_ids != got.input_ids).any(1)).sum())
     for texts in (got.texts, want.texts):
         assert all(len(set(texts[i : i + n])) == 1 for i in range(0, len(texts), n))
-    return f"{differ} of {int(mask.sum())} greedy tokens differ, in {rows} of {len(want.texts)} rows"
+    said = f"{differ} of {total} greedy tokens differ, in {rows} of {len(want.texts)} rows"
+    assert differ <= at_most * total, said
+    return said

@@ -11,7 +11,13 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from pods.errors import ConfigError
-from pods.rollout.attention import DecodeBlockMask, decode_queries, flex_forward, register
+from pods.rollout.attention import (
+    DecodeBlockMask,
+    decode_queries,
+    flex_decode_refusal,
+    flex_forward,
+    register,
+)
 from pods.rollout.hf import HFGenerator, _raise_recompile_limit
 from pods.rollout.step_graph import StepDecoder
 from tests.conftest import random_qwen2
@@ -43,10 +49,14 @@ def test_block_mask_attends_what_the_tensor_mask_attends(width, h, hkv):
             keep[r, start[r] : filled] = True
         keep[1, start[1] + 1] = False  # a hole inside the filled part stays masked
         bm.fill_to(torch.tensor([filled]))
+        # blocks from the first attendable one to filled - 1: their count, and which the compiled kernel visits
+        # (the dense eager path below reads them all)
         want_counts = [-(-filled // 16) - int(s) // 16 for s in start]
-        assert (
-            bm.counts.flatten().tolist() == want_counts
-        )  # blocks from the first attendable one to filled - 1
+        assert bm.counts.flatten().tolist() == want_counts
+        visits = bm.mask.to_dense()[:, 0, 0].bool()  # (B, blocks)
+        blocks = torch.arange(visits.shape[1])
+        want_visits = (blocks >= start[:, None] // 16) & (blocks < -(-filled // 16))
+        assert torch.equal(visits, want_visits), (filled, visits)
         got = flex_forward(q, k, v, bm.mask, None)  # (B, 1, H, D)
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
         torch.testing.assert_close(got, want.transpose(1, 2), rtol=1e-5, atol=1e-5)
@@ -75,6 +85,28 @@ def test_decoder_with_flex_decodes_the_same_tokens(sampling, heads, kv_heads):
         flex.release()
     with pytest.raises(ValueError, match="decode attention 'flash'"):
         StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False, attention="flash")
+    m.config._attn_implementation = "sdpa"  # transformers' own: it would not know the block mask
+    with pytest.raises(ValueError, match="runs inside 'pods_sdpa'; this model's attention is 'sdpa'"):
+        StepDecoder(m, rows=6, cache_len=21, eos_ids=[1], pad_id=0, capture=False, attention="flex")
+
+
+def test_flex_forward_refuses_what_the_block_mask_cannot_express():
+    """A sliding window or soft-capping reaching the attention with a block mask, or a folded group with more
+    than one query a row, is an error rather than another attention."""
+    from pods.rollout.attention import grouped_sdpa_forward
+
+    keep = torch.ones(2, 16, dtype=torch.bool)
+    q, k, v = torch.randn(2, 4, 1, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
+    mod = torch.nn.Module()
+    mod.num_key_value_groups = 2
+    bm = DecodeBlockMask(keep)
+    bm.fill_to(torch.tensor([16]))
+    with pytest.raises(ValueError, match="cannot apply {'sliding_window': 8}"):
+        grouped_sdpa_forward(mod, q, k, v, bm.mask, sliding_window=8)
+    grouped_sdpa_forward(mod, q, k, v, bm.mask, sliding_window=None)  # a full-attention layer's None is fine
+    folded = DecodeBlockMask(keep, queries=6)  # a group of 3 heads x 2 queries
+    with pytest.raises(ValueError, match="one query a row, got 2"):
+        flex_forward(torch.randn(2, 6, 2, 8), k, v, folded.mask, None)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -90,7 +122,7 @@ def test_headline_rollouts_are_the_same_with_flex(headline, temperature):
 def test_flex_refuses_what_its_mask_cannot_express(headline, make_cfg):
     """A policy on another attention, or with sliding-window layers, cannot take the flex decode: said when the
     config is checked, and by the generator before it copies the policy."""
-    from transformers import Qwen2Config
+    from transformers import MistralConfig, Qwen2Config
 
     from pods.train import preflight
 
@@ -111,6 +143,16 @@ def test_flex_refuses_what_its_mask_cannot_express(headline, make_cfg):
     with pytest.raises(ConfigError, match="layer types \\['sliding_attention'\\]: only full attention"):
         HFGenerator(windowed, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128, decode_attention="flex")
     HFGenerator(windowed, tok, "cpu", 8, 4, compiled=True, max_prompt_len=128)  # SDPA decodes it
+    mistral_like = MistralConfig(sliding_window=16, attn_implementation="sdpa")  # a window, no layer types
+    assert flex_decode_refusal(mistral_like) == "sliding_window=16: only full attention"
+
+
+def test_flex_without_the_graph_loop_says_it_does_nothing(headline, caplog):
+    """rollout.hf.compile=auto on a CPU decodes with generate(): the switch is inert there, and says so."""
+    model, tok = headline
+    with caplog.at_level("WARNING", logger="pods.rollout.hf"):
+        HFGenerator(model, tok, "cpu", 8, 4, compiled=False, max_prompt_len=128, decode_attention="flex")
+    assert "rollout.hf.decode_attention=flex has no effect here" in caplog.text
 
 
 @pytest.mark.gpu
