@@ -13,8 +13,9 @@ reads K and V once. Registered as `pods_sdpa`; only the generation copy uses it.
 
 Given a flex_attention `BlockMask` instead of a mask tensor (the graph loop's decode step with
 `rollout.hf.decode_attention=flex`, issue 38), the same function runs torch's flex_attention, which visits
-only the cache blocks the mask names: `DecodeBlockMask` names the blocks up to the last filled column, so a
-decode step reads the columns filled so far (prompt plus tokens decoded) instead of the whole static cache.
+only the cache blocks the mask names: `DecodeBlockMask` names each row's blocks from its first prompt token to
+the last filled column, so a decode step reads the columns filled so far (prompt plus tokens decoded) instead of
+the whole static cache.
 cuDNN's SDPA, the default, costs nearly the same at every filled width (one H200: 108-109 us a layer-step from
 80 to 128 columns at 1,024 rows); flex_attention's compiled decode kernel follows the width (46.7 us at 64 to
 89.9 at 144; results/step_cost/h200_decode_width/). Same attention up to rounding: another summation order.
@@ -92,9 +93,7 @@ def flex_decode_refusal(config) -> str | None:
     types = set(getattr(config, "layer_types", None) or [])
     if types - {"full_attention"}:
         return f"layer types {sorted(types)}: only full attention"
-    if (
-        getattr(config, "sliding_window", None) and not types
-    ):  # a window with no layer types to say it is unused
+    if getattr(config, "sliding_window", None) and not types:  # no layer types to say the window is unused
         return f"sliding_window={config.sliding_window}: only full attention"
     for key in ("attn_logit_softcapping", "attention_chunk_size"):
         if getattr(config, key, None):
@@ -128,9 +127,7 @@ def flex_forward(
     groups = h // hkv
     fold = groups > 1 and block_mask.seq_lengths[0] == groups * q
     if fold:
-        if (
-            q != 1
-        ):  # the mask's rows would be (head, position) pairs it does not tell apart: decode steps only
+        if q != 1:  # the mask's rows would be (head, position) pairs it does not tell apart: decode only
             raise ValueError(f"flex_forward folds grouped heads for one query a row, got {q}")
         query = query.reshape(b, hkv, groups * q, d)  # head j * G + g, position t -> row g * q + t of group j
     kw = dict(block_mask=block_mask, scale=scaling, enable_gqa=groups > 1 and not fold)
@@ -163,10 +160,11 @@ class DecodeBlockMask:
     are set in place from device tensors, so a captured CUDA graph that calls `fill_to` follows the decode
     without re-capture (H200: flex outputs equal SDPA's within bf16 rounding after in-place updates inside one
     graph, scripts/device/flex_decode_check.py; this class's mask at hub head shapes, and the headline policy's
-    greedy tokens through the decoder, in tests/rollout/test_decode_attention.py's gpu tests). Columns past L, in a last partial block, are masked. The visited
-    blocks only spare the compiled kernel what they leave out; the mask itself is `keep`, so `keep` must allow
-    no column before a row's start or at or past `filled` (the decoder fills columns in order after the
-    left-padded prompt), and the dense eager path, which reads every block, gives the same attention.
+    greedy tokens through the decoder, in tests/rollout/test_decode_attention.py's gpu tests). Columns past L,
+    in a last partial block, are masked. The visited blocks only spare the compiled kernel what they leave out;
+    the mask itself is `keep`, so `keep` must allow no column before a row's start or at or past `filled` (the
+    decoder fills columns in order after the left-padded prompt), and the dense eager path, which reads every
+    block, gives the same attention.
     `queries`: the query rows a step passes (decode_queries: 1, or a KV group's folded query heads), all in one
     query block."""
 
