@@ -41,9 +41,9 @@ def timed_eager(fn, n: int = 200) -> float:
     return 1e6 * (time.perf_counter() - t) / n
 
 
-def timed_graph(fn, calls: int = 20, replays: int = 20) -> float:
-    """Microseconds a call on the GPU: `calls` calls captured in one CUDA graph (as the graph loop runs them, no
-    launch overhead from Python), the graph replayed `replays` times after a warm-up."""
+def capture(fn, calls: int = 20) -> torch.cuda.CUDAGraph:
+    """`calls` calls of fn captured in one CUDA graph, as the graph loop runs them (3 warm-up calls first, on a
+    side stream). flex_block_micro.py and flex_decode_check.py use it too."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -54,6 +54,11 @@ def timed_graph(fn, calls: int = 20, replays: int = 20) -> float:
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
+    return g
+
+
+def replay_us(g: torch.cuda.CUDAGraph, calls: int = 20, replays: int = 20) -> float:
+    """Microseconds a call of a graph holding `calls` calls: the mean of `replays` replays after 3."""
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
@@ -62,6 +67,12 @@ def timed_graph(fn, calls: int = 20, replays: int = 20) -> float:
         g.replay()
     torch.cuda.synchronize()
     return 1e6 * (time.perf_counter() - t) / (replays * calls)
+
+
+def timed_graph(fn, calls: int = 20, replays: int = 20) -> float:
+    """Microseconds a call on the GPU: `calls` calls captured in one CUDA graph (no launch overhead from
+    Python), the graph replayed `replays` times after a warm-up."""
+    return replay_us(capture(fn, calls), calls, replays)
 
 
 def main() -> None:

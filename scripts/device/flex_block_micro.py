@@ -11,42 +11,15 @@ by default. Outputs are checked against SDPA (max |difference|) at each setting.
     python3 scripts/device/flex_block_micro.py     # on a lent GPU; prints one markdown table
 """
 
-import time
-
 import torch
 import torch.nn.functional as F
+from decode_width_micro import capture, replay_us  # this folder's (run as scripts/device/...py)
 
 from pods.rollout.attention import DecodeBlockMask, flex_forward
 from pods.rollout.hf import _raise_recompile_limit
 
 H, HKV, D, FULL = 4, 2, 96, 144
 WIDTHS = (64, 96, 124, 144)
-
-
-def timed(graph: torch.cuda.CUDAGraph, calls: int = 20, reps: int = 20) -> float:
-    """us per call of a graph that holds `calls` calls (median-free: the mean of `reps` replays after 3)."""
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        graph.replay()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t) / (reps * calls)
-
-
-def capture(fn, calls: int = 20) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return graph
 
 
 def measure(rows: int, flex) -> list[str]:
@@ -72,7 +45,7 @@ def measure(rows: int, flex) -> list[str]:
     cells = []
     for w in WIDTHS:
         set_width(w)
-        cells.append(f"{timed(graph):.1f}")
+        cells.append(f"{replay_us(graph):.1f}")
     lines = [f"| {rows} | cuDNN SDPA, whole cache | " + " | ".join(cells) + " | - |"]
     filled = torch.zeros(1, dtype=torch.long, device="cuda")
     for block in (16, 32, 64, 128):
@@ -87,7 +60,7 @@ def measure(rows: int, flex) -> list[str]:
         for w in WIDTHS:
             set_width(w)
             filled.fill_(w)
-            cells.append(f"{timed(graph):.1f}")
+            cells.append(f"{replay_us(graph):.1f}")
             ref = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None], enable_gqa=True)
             diff = max(diff, (out.float() - ref.transpose(1, 2).float()).abs().max().item())
         lines.append(f"| {rows} | flex, {block}-column blocks | " + " | ".join(cells) + f" | {diff:.1e} |")

@@ -13,10 +13,9 @@ Three questions at headline v4's shape (1,024 rows x 4 heads, one query, head di
     python3 scripts/device/flex_decode_check.py     # on a lent GPU (torch's own build only)
 """
 
-import time
-
 import torch
 import torch.nn.functional as F
+from decode_width_micro import capture, replay_us  # this folder's (run as scripts/device/...py)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
@@ -58,15 +57,11 @@ def main() -> None:
 
     out = torch.empty_like(q)
     set_filled(torch.randint(49, 125, (B,), device="cuda", generator=g))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            out.copy_(flex(q, k, v, block_mask=bm))
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def call() -> None:
         out.copy_(flex(q, k, v, block_mask=bm))
+
+    graph = capture(call, calls=1)
 
     print("1-2. outputs after in-place updates of the filled widths, one capture (max |flex - SDPA|):")
     for trial in range(4):
@@ -78,21 +73,11 @@ def main() -> None:
         d_math = (out.float() - reference(SDPBackend.MATH)).abs().max().item()
         print(f"   widths {lo}-{hi - 1}: vs cuDNN {d_cudnn:.2e}, vs math (float32) {d_math:.2e}")
 
-    graph20 = torch.cuda.CUDAGraph()  # 20 calls a replay, so that the graph's launch is not what is timed
-    with torch.cuda.graph(graph20):
-        for _ in range(20):
-            out.copy_(flex(q, k, v, block_mask=bm))
+    graph20 = capture(call, calls=20)  # 20 calls a replay, so that the graph's launch is not what is timed
     print("3. one call (and its copy to the output) inside a graph of 20, all rows at one filled width:")
     for w in (64, 96, 124, 144):
         set_filled(torch.full((B,), w, device="cuda"))
-        for _ in range(3):
-            graph20.replay()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(20):
-            graph20.replay()
-        torch.cuda.synchronize()
-        print(f"   width {w}: {1e6 * (time.perf_counter() - t) / 400:.1f} us")
+        print(f"   width {w}: {replay_us(graph20, calls=20, replays=20):.1f} us")
 
 
 if __name__ == "__main__":
