@@ -78,6 +78,17 @@ DDP_RUN = [*SMOKE, "algo.prompts_per_step=4", "arm=greso+dynamic_sampling+max_va
            "selector.m=4", "checkpoint.every_steps=2", "hardware.distributed=ddp", "hardware.num_threads=1"]  # fmt: skip
 
 
+def ddp_run_command(world: int, run_dir: Path, logs: Path, *extra: str) -> list[str]:
+    """torchrun with `world` processes of DDP_RUN into run_dir, each rank's output under logs; an override in
+    `extra` replaces DDP_RUN's of the same key (hardware.distributed=fsdp, say)."""
+    from bench.harness import torchrun_command
+
+    keys = {e.split("=", 1)[0] for e in extra}
+    run = [o for o in DDP_RUN if o.split("=", 1)[0] not in keys]
+    return [*torchrun_command(world), "--log-dir", str(logs), "--redirects", "3", "-m", "pods.train", *run,
+            f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
+
+
 # PODS_TEST_ORDER_SEED=<int>: run the tests in a random order (scripts/ci_stress.sh --random-order), to show that
 # none depends on another having run first. Modules are shuffled, then the tests inside each, so a module's
 # fixtures are still built once; the same seed gives the same order.
@@ -269,15 +280,12 @@ class TorchrunReferences:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, world: int) -> None:
-        from bench.harness import torchrun_command
-
         tmp = self.shared / f"torchrun{world}"
         try:
             tmp.mkdir()
         except FileExistsError:
             return  # built, or being built, by this worker or another
-        cmd = [*torchrun_command(world), "--log-dir", str(tmp / "logs"), "--redirects", "3", "-m", "pods.train",
-               *DDP_RUN, f"hydra.run.dir={tmp / 'run'}"]  # fmt: skip
+        cmd = ddp_run_command(world, tmp / "run", tmp / "logs")
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         root = Path(__file__).resolve().parents[1]
         with (tmp / "torchrun.err").open("w") as err:

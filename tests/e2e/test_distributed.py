@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.harness import torchrun_command
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.conftest import DDP_RUN, SAME_RUN_KEYS
+from tests.conftest import SAME_RUN_KEYS, ddp_run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("prefilter/"))  # these runs have no prefilter
@@ -25,9 +24,7 @@ COMPARE = tuple(k for k in SAME_RUN_KEYS if not k.startswith("prefilter/"))  # t
 
 def _torchrun(run_dir: Path, logs: Path, *extra: str) -> None:
     """DDP_RUN through torchrun with 2 processes, its hardware.distributed given in `extra`."""
-    run = [o for o in DDP_RUN if not o.startswith("hardware.distributed=")]
-    cmd = [*torchrun_command(2), "--log-dir", str(logs), "--redirects", "3", "-m", "pods.train", *run,
-           f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
+    cmd = ddp_run_command(2, run_dir, logs, *extra)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     # each rank's own output (torchrun interleaves them, and the root cause is often cut off)
