@@ -182,6 +182,7 @@ def pods_cfg(args, model_dir: Path, data: tuple[Path, Path], run_dir: Path, sele
         overrides.append(f"update.micro_batch_size={args.micro_batch_size}")
     if args.gradient_checkpointing is not None:
         overrides.append(f"update.gradient_checkpointing={args.gradient_checkpointing}")
+    overrides.append(f"seed={getattr(args, 'seed', 0)}")  # the run's seed where the script takes --seed
     overrides += list(getattr(args, "set", None) or [])
     cfg = compose_train(overrides)
     cfg.reward.weights = {"bench_hash": 1.0}

@@ -33,6 +33,8 @@
 #   bash scripts/device/step_cost_v4.sh       # .whl carried (docs/gpu.md); $OUT gets 2 files (the device tool
 #                                             # returns 8): table.md (printed last) and step_cost_v4.tgz (every
 #                                             # run's records and log)
+# Seeds: SEED (default 0) for the runs through scripts/bench_step_cost.py, PACK_SEEDS (default 9001,9002) for
+# the packed runs; the weights are always the shipped headline policy (and a random 3B of seed 0 for LoRA).
 # SMOKE=1: every part shrunk to seconds on the CPU, one after another, the packing at the smaller batch only and,
 # of the cache variants, the one with all three overrides (the script's own test; not evidence).
 set -o pipefail
@@ -56,10 +58,12 @@ else
   NEED=4; [ "${PART:-pair}" = flex2 ] && NEED=1  # flex2 runs on 1 or 2 GPUs too (below)
   [ "${#GPUS[@]}" -ge $NEED ] || { echo "needs $NEED GPUs, found ${#GPUS[@]}"; exit 1; }
   WIN=${WIN:-120}; B="python3 scripts/bench_step_cost.py --device cuda"; ST=12
-  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=9001,9002; PACKED=(512 1024)
+  BATCHES=(512 1024); HW="hardware=gpu"; EVERY=10; SMALL=""; BSMALL=""; PACK_SEEDS=${PACK_SEEDS:-9001,9002}
+  PACKED=(512 1024)
 fi
 # the device's copy of .git can be older than the tree it carries: a digest of pods/ tells the tree apart
 echo "pods/ sources sha1 $(find pods -name '*.py' -type f | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)"
+B="$B --seed ${SEED:-0}"  # the pair alone, the host A/B and 3B LoRA: SEED=<int> reruns them on other draws
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); frozen: lr $LR, $SETTING_EXTRA; window ${WIN}s"
 # the confirm calls' common setting (scripts/device/headline_v4.sh), with the rollout batch left to each GPU
 COMMON="model=headline dataset=arithmetic_hard_local dataset.eval_task=data/arithmetic_hard/eval_2k.jsonl
