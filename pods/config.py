@@ -23,7 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from pods.errors import ConfigError, at_least, choice, interval, number, positive
+from pods.errors import ConfigError, at_least, choice, interval, number, positive, rows_or_auto
 
 __all__ = ["ConfigError", "TrainConfig", "register_schema", "settings", "validate"]
 
@@ -357,7 +357,11 @@ class RolloutConfig:
     `rollout.vllm.*`: pods/rollout/vllm.py, VLLMSettings)."""
 
     name: str = "hf"  # a name in pods.rollout.BACKENDS: hf (transformers generate) | vllm
-    batch_size: int = 256  # sequences per generate call (prompts x n are chunked)
+    # sequences per generate call (prompts x n are chunked to it): auto = on a GPU as many as fit its memory
+    # (pods/rollout/sizing.py: prompts x n in one call whenever they fit), on a CPU 256 | a number
+    batch_size: Any = "auto"
+    memory_fraction: float = 0.9  # auto: share of the card this run's weights, state and rollout may take (as
+    # vLLM's gpu_memory_utilization; several runs on one GPU: about 0.9 / runs)
     sections: dict[str, Any] = field(default_factory=dict)  # backend name -> its own settings
 
     def own(self) -> Any:
@@ -366,7 +370,8 @@ class RolloutConfig:
 
     def check(self) -> None:
         # rollout.name is checked against the backend registry in pods.components.resolve
-        at_least("rollout.batch_size", self.batch_size, 1)
+        rows_or_auto("rollout.batch_size", self.batch_size)
+        interval("rollout.memory_fraction", self.memory_fraction, 0, 1, "(]")
 
 
 @dataclass(frozen=True)
@@ -438,14 +443,15 @@ class EvalConfig:
     at_end: bool = True
     num_samples: int = 1  # samples per question; accuracy is their mean
     temperature: float = 0.0  # 0 = greedy
-    batch_size: int = 256
+    # sequences per generate call: auto = the rollout's rows per call (rollout.batch_size) | a number
+    batch_size: Any = "auto"
 
     def check(self) -> None:
         at_least("eval.every_steps", self.every_steps, 0, " (0 = off)")
         positive("eval.every_seconds", self.every_seconds, allow_zero=True, note=" (0 = off)")
         at_least("eval.num_samples", self.num_samples, 1)
         positive("eval.temperature", self.temperature, allow_zero=True, note=" (0 = greedy)")
-        at_least("eval.batch_size", self.batch_size, 1)
+        rows_or_auto("eval.batch_size", self.batch_size)
 
 
 @dataclass(frozen=True)

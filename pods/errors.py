@@ -41,6 +41,16 @@ def at_least(key: str, value: int, low: int, note: str = "") -> None:
         raise ConfigError(f"{key}={value!r} must be >= {low}{note}")
 
 
+def rows_or_auto(key: str, value: Any) -> None:
+    """A row count (an int >= 1) or "auto".
+
+    >>> rows_or_auto("rollout.batch_size", "auto"), rows_or_auto("rollout.batch_size", 64)
+    (None, None)
+    """
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{key}={value!r} must be auto or a whole number >= 1")
+
+
 def interval(key: str, value: float, lo: float, hi: float, closed: str = "[]", note: str = "") -> None:
     """value in the interval; `closed` says which ends are included: "[]", "[)", "(]" or "()"."""
     number(key, value)

@@ -40,7 +40,7 @@ def evaluate(
         sampling.top_p,
         sampling.top_k,
         add_special_tokens=add_special_tokens,
-        batch_size=e.batch_size,
+        batch_size=None if e.batch_size == "auto" else e.batch_size,  # auto: the backend's own (sized)
     )
     golds = [answers[i] for i in ids for _ in range(k)]
     graded = grade(reward_fn, out.texts, ids, k, data)  # as in training

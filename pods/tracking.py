@@ -60,14 +60,25 @@ def run_info_for(c: TrainConfig) -> dict:
 
 
 def write_run_info(
-    c: TrainConfig, run_dir: Path, data: dict, world: int, threads: int, is_main: bool, keep: bool = False
+    c: TrainConfig,
+    run_dir: Path,
+    data: dict,
+    world: int,
+    threads: int,
+    is_main: bool,
+    keep=False,
+    decisions=None,
 ) -> dict:
     """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
     `keep` (a resume): the file as the run's first start wrote it is kept (fields it lacks are added); this
     start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
-    Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file."""
+    Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
+    `decisions`: the settings left `auto` that were decided with the model on the device, and why (the
+    rollout backend's: rows per generate call, the decode attention)."""
     path = run_dir / "run_info.json"
     info = run_info_for(c)
+    if decisions:
+        info["decisions"] = decisions
     try:
         old = json.loads(path.read_text()) if is_main and path.exists() else {}
     except (OSError, ValueError):

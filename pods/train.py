@@ -104,6 +104,7 @@ def preflight(cfg) -> TrainConfig:
     from pods.memory import settle_hardware
     from pods.models import check_model_source, resolve_device
     from pods.rollout import RolloutSettings, backend_class
+    from pods.rollout.sizing import settle_rollout
 
     backend = backend_class(c.rollout.name)
     check_task_config(c.dataset)
@@ -111,6 +112,7 @@ def preflight(cfg) -> TrainConfig:
     check_run_dir(c.run_dir, c.resume)
     check_model_source(c.model, c.hardware)
     c = settle_hardware(c, device)  # hardware=auto, once: LoRA or full, the update layout for this device
+    c = settle_rollout(c, device)  # rollout.hf's auto decode knobs, so config.yaml holds what runs
     c.check()  # again: LoRA's own fields, when it was chosen
     backend.preflight(RolloutSettings.from_config(c))  # e.g. vllm: the engine is installed
     return c

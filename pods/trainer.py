@@ -129,8 +129,9 @@ class Trainer:
         self.changes = self.saved_changes = 0  # records logged in all / up to the newest checkpoint
         self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
         data = {"train": self.train_set.report.__dict__, "eval": self.eval_set.report.__dict__}
+        decisions = getattr(self.backend, "decisions", None)  # rollout's auto settings: rows, decode
         self.run_info = write_run_info(
-            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main, keep=bool(plan)
+            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main, bool(plan), decisions
         )
         resume_step = self._resume(plan) if c.resume else None
         self.resumed_from = resume_step if plan else None  # the checkpoint's step, None: a fresh start

@@ -20,8 +20,8 @@ process's HF backend (benchmark only; nothing in pods changes):
 On a GPU the decode step's parts run inside one CUDA graph; `--pick-micro` times the sampling alone at each
 row count (eager, synchronised), for the sampling's share there.
 
-The headline shape (default): model=headline, 8 prompts per step, T=0.9, rollout.batch_size=512, as the
-headline runs. `--random-shape` with bench/harness.py's model flags builds a random Qwen2 instead (the 3B LoRA
+The headline shape (default): model=headline, 8 prompts per step, T=0.9, rollout.batch_size=auto (the default;
+headline v4 ran 512). `--random-shape` with bench/harness.py's model flags builds a random Qwen2 instead (the 3B LoRA
 shape of results/h100_3b/: --layers 36 --hidden 2048 --heads 16 --kv-heads 2 --intermediate 11008 --lora),
 on bench/harness.py's arithmetic-looking prompts and its bench_hash reward.
 
@@ -58,6 +58,11 @@ from pods.config import validate  # noqa: E402
 from pods.rollout import step_graph  # noqa: E402
 from pods.train import preflight  # noqa: E402
 from pods.trainer import Trainer  # noqa: E402
+
+
+def fixed_rows(args) -> int:
+    """--rollout-batch as a number, for the A/B benchmarks that build an HFGenerator directly (auto: 1,024)."""
+    return 1024 if args.rollout_batch == "auto" else int(args.rollout_batch)
 
 
 def headline_cfg(args, run_dir: Path, selector: str, n: int, m: int, own: list[str]):
@@ -187,7 +192,7 @@ def prefill_ab(args, reps: int = 4) -> list[dict]:
     out = []
     for n in (16, 64):
         gens = {
-            share: HFGenerator(model, tok, args.device, args.rollout_batch, 1, compiled=True, dtype=dtype,
+            share: HFGenerator(model, tok, args.device, fixed_rows(args), 1, compiled=True, dtype=dtype,
                                max_prompt_len=cfg.model.max_prompt_len, share_prefill=share)
             for share in (False, True)
         }  # fmt: skip
@@ -223,7 +228,7 @@ def host_ab(args, reps: int = 30) -> list[dict]:
     from pods.rollout.hf import HFGenerator
 
     cfg, tok, model, dtype, lines, prompts = headline_policy(args, "host_ab")
-    gen = HFGenerator(model, tok, args.device, args.rollout_batch, cfg.model.max_completion_len,
+    gen = HFGenerator(model, tok, args.device, fixed_rows(args), cfg.model.max_completion_len,
                       dtype=dtype, max_prompt_len=cfg.model.max_prompt_len)  # fmt: skip
     torch.manual_seed(args.seed)
     r = gen.generate(prompts, list(range(len(prompts))), 64, 0.9)
@@ -329,7 +334,7 @@ def main() -> None:
     p.add_argument("--random-shape", action="store_true", help="a random Qwen2 of the model flags' shape")
     p.add_argument("--dataset", default="arithmetic_hard_local", help="headline shape: the dataset group")
     p.add_argument("--prompts-per-step", type=int, default=8)
-    p.add_argument("--rollout-batch", type=int, default=512)
+    p.add_argument("--rollout-batch", default="auto", help="rollout.batch_size of the headline shape")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip", type=int, default=1, help="first steps not averaged (compile, warm-up)")
     p.add_argument("--settings", default="grpo16:none:16:16,pods64:max_variance:64:16",

@@ -101,3 +101,24 @@ def choose(rows: dict[str, dict]) -> str | None:
     """The passing setting with the largest GRPO rise over median seed noise (first listed on ties), or None."""
     passing = [k for k, r in rows.items() if r["passes"]]
     return max(passing, key=lambda k: rows[k]["snr"]) if passing else None
+
+
+def fall(curve: np.ndarray, tail: int = 3) -> float:
+    """How far a seed's end (the mean of its last `tail` checkpoints) lies below its best stretch (the highest
+    mean of `tail` consecutive checkpoints): 0 for a curve that ends at its best (results/greso_v1/PLAN.md (iii)).
+
+    >>> round(fall(np.array([0.40, 0.42, 0.44, 0.46, 0.45, 0.44, 0.43])), 3), fall(np.array([0.1, 0.2, 0.3, 0.4]))
+    (0.013, 0.0)
+    """
+    y = np.asarray(curve, dtype=float)
+    best = np.convolve(y, np.ones(tail) / tail, mode="valid").max()
+    return float(max(best - y[-tail:].mean(), 0.0))
+
+
+def size_passes(curve: np.ndarray, drawn: float, size: int, min_visits: float = 3.0) -> dict:
+    """GRESO v1's pilot criteria for a training-set size on one dynamic-sampling seed: (i) prompts drawn / size
+    >= min_visits, (ii) it rises (criterion (a) above), (iii) its fall <= its noise."""
+    s = seed_stats(curve)
+    visits, down = drawn / size, fall(curve)
+    checks = {"revisits": visits >= min_visits, "rises": rises(s), "holds": down <= s["noise"]}
+    return {**s, "visits": visits, "fall": down, **checks, "passes": all(checks.values())}

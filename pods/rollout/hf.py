@@ -31,6 +31,7 @@ import math
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -41,6 +42,7 @@ from pods.models import canonical_device
 from pods.rollout.attention import flex_decode_refusal
 from pods.rollout.backend import Backend, RolloutSettings, register_backend
 from pods.rollout.gen_copy import GenerationCopy, _unwrap
+from pods.rollout.sizing import CPU_ROWS, RowChoice, choose_rows, fast_decode
 from pods.rollout.step_graph import StepDecoder, shared_prompts
 
 log = logging.getLogger(__name__)
@@ -113,18 +115,22 @@ class HFSettings:
     # each generate call (the update gets the cache's memory; the next call allocates and captures again)
     fuse_projections: bool = True  # graph loop with a generation copy of its own (full fine-tune, or
     # share_weights=false): q/k/v and gate/up each one GEMM per decode step (pods/rollout/fused.py)
-    share_prefill: bool = False  # graph loop: prefill each distinct prompt of a chunk once and copy its keys
+    share_prefill: Any = "auto"  # graph loop: prefill each distinct prompt of a chunk once and copy its keys
     # and values to its n rows (pods/rollout/step_graph.py: shared_prompts), not once per row. The prompt's
-    # forward then runs at another batch size, which may round differently on a GPU (issue 38)
-    decode_attention: str = "sdpa"  # graph loop: sdpa (the whole static cache every decode step) | flex
-    # (torch's flex_attention over the cache blocks filled so far: pods/rollout/attention.py; needs
-    # hardware.attn_implementation=sdpa; another summation order than SDPA's, issue 38)
+    # forward then runs at another batch size, which may round differently on a GPU (issue 38: 0 of 7,616
+    # greedy tokens differed on an H200). auto = on where the graph loop runs (pods/rollout/sizing.py) | true | false
+    decode_attention: str = "auto"  # graph loop: flex (torch's flex_attention over the cache blocks filled so
+    # far: pods/rollout/attention.py; needs hardware.attn_implementation=sdpa; another summation order than
+    # SDPA's, issue 38) | sdpa (the whole static cache every decode step) | auto = flex where the graph loop
+    # runs and the model's attention allows it, else sdpa (pods/rollout/sizing.py, one log line says which)
 
     def check(self) -> None:
         choice("rollout.hf.compile", str(self.compile).lower(), ["auto", "true", "false"])
         at_least("rollout.hf.prompt_bucket", self.prompt_bucket, 1)
         choice("rollout.hf.loop", self.loop, ["generate", "graph"])
-        choice("rollout.hf.decode_attention", self.decode_attention, ["sdpa", "flex"])
+        choice("rollout.hf.decode_attention", self.decode_attention, ["auto", "sdpa", "flex"])
+        if self.share_prefill not in ("auto", True, False):
+            raise ConfigError(f"rollout.hf.share_prefill={self.share_prefill!r} must be auto, true or false")
         if self.decode_attention == "flex" and self.loop == "generate":
             raise ConfigError(
                 "rollout.hf.decode_attention=flex acts on the graph loop's decode steps only; "
@@ -137,6 +143,11 @@ def hf_settings(settings: RolloutSettings) -> HFSettings:
     a backend of another name that hands generation to this one)."""
     own = settings.rollout.sections.get("hf")
     return own if isinstance(own, HFSettings) else HFSettings(**(own or {}))
+
+
+def graph_loop(settings: RolloutSettings, device) -> bool:
+    """Whether the graph loop decodes (the compiled path with rollout.hf.loop=graph): where the fast decode acts."""
+    return use_compiled(settings, device) and hf_settings(settings).loop == "graph"
 
 
 def use_compiled(settings: RolloutSettings, device) -> bool:
@@ -157,14 +168,20 @@ class HFGenerator(Backend):
     ) -> HFGenerator:
         from pods.models import resolve_dtype
 
-        m, own = settings.model, asdict(HFSettings(**knobs))  # rollout.hf.*: the defaults if none
-        own.pop("compile")  # decided with the device: use_compiled
+        m, hf = settings.model, HFSettings(**knobs)  # rollout.hf.*: the defaults if none
         compiled, dtype = use_compiled(settings, device), resolve_dtype(m, settings.hardware, device)
-        return cls(
+        loop, cfg = graph_loop(settings, device), _unwrap(model).config
+        attn, share, why = fast_decode(hf, loop, settings.hardware.attn_implementation, cfg)
+        auto = fast_decode(HFSettings(), loop, settings.hardware.attn_implementation, cfg)
+        if (attn, share) == auto[:2]:  # preflight settled auto (config.yaml holds the values): auto's reason
+            why = auto[2]
+        own = {**asdict(hf), "decode_attention": attn, "share_prefill": share}
+        own.pop("compile")  # decided with the device: use_compiled
+        gen = cls(
             model,
             tokenizer,
             device,
-            settings.rollout.batch_size,
+            CPU_ROWS,  # auto: sized below, once the generation copy is placed
             m.max_completion_len,
             compiled=compiled,
             dtype=dtype,
@@ -172,6 +189,32 @@ class HFGenerator(Backend):
             timer=timer,
             **own,
         )
+        gen.decisions["rollout.hf.decode_attention"] = {"value": attn, "share_prefill": share, "why": why}
+        gen.batch_size = gen.size_rows(settings.rollout)
+        return gen
+
+    def size_rows(self, rollout) -> int:
+        """rollout.batch_size, or for auto the rows sized from memory (pods/rollout/sizing.py), logged and kept
+        in `decisions` for run_info.json."""
+        if rollout.batch_size != "auto":
+            choice_ = RowChoice(int(rollout.batch_size), "set in the config")
+        else:
+            cache = self._max_width() + self.max_new_tokens  # the static cache's length (all widths)
+            model = _unwrap(self.model)
+            dtype_bytes = (self.copy.model if self.copy else model).dtype.itemsize
+            reserve = 0 if self.release_cache else self.update_reserve(model)
+            choice_ = choose_rows(
+                model.config, self.device, cache, self._max_width(), dtype_bytes, self.model,
+                rollout.memory_fraction, reserve,
+            )  # fmt: skip
+            log.info("rollout.batch_size=auto: %s", choice_.why)
+        self.decisions["rollout.batch_size"] = {"value": choice_.rows, "why": choice_.why}
+        return choice_.rows
+
+    def update_reserve(self, model) -> int:
+        """With the caches kept through the update (release_cache=false): its logits at the widest row
+        (float32, the vocabulary wide), the update's largest buffer at small policies; 16 rows a pass."""
+        return 16 * (self._max_width() + self.max_new_tokens) * model.config.vocab_size * 4
 
     @staticmethod
     def check(settings: RolloutSettings) -> None:
@@ -214,6 +257,7 @@ class HFGenerator(Backend):
         decode_attention: str = "sdpa",
     ):
         self.model, self.tok, self.device = model, tokenizer, canonical_device(device)
+        self.decisions: dict[str, dict] = {}  # the `auto` settings decided, and why (run_info.json)
         self.share_prefill, self.decode_attention = share_prefill, decode_attention
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.eos_ids = eos_ids_for(model, tokenizer)

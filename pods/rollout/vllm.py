@@ -139,10 +139,16 @@ def engine_kwargs(
         model=m.path,
         dtype=str(dtype).removeprefix("torch."),  # the HF backend's
         max_model_len=m.max_prompt_len + m.max_completion_len,
-        max_num_seqs=settings.rollout.batch_size,  # sequences decoded at once: vLLM's analogue of the HF chunk size
         seed=settings.seed + rank,  # ranks draw different samples for their different prompts
         trust_remote_code=m.trust_remote_code,
     )
+    # sequences decoded at once (the HF chunk's analogue); auto: 256 on a CPU as the HF backend, on a GPU
+    # vLLM's own choice (its KV cache is sized from its memory share)
+    rows = settings.rollout.batch_size
+    if rows != "auto" or device_type == "cpu":
+        from pods.rollout.sizing import CPU_ROWS
+
+        kw["max_num_seqs"] = CPU_ROWS if rows == "auto" else rows
     if device_type == "cpu":
         kw["enforce_eager"] = True  # no torch.compile at start-up (compiled mode not tried here)
     else:

@@ -59,7 +59,8 @@ else
   HW="hardware=gpu"; WINDOW=300; EVERY=10; ALONE_S=20; PER=4; LIMIT=${LIMIT:-585}
   SMOKE_OVR=""; READ="--grid-step $EVERY --x-max $WINDOW"
   PILOT_GRPO=$((PILOT_SEED0 + 1))-$((PILOT_SEED0 + 3))
-  EVAL="eval.batch_size=1024 rollout.batch_size=512"; PPS=8
+  # v4's generate-call sizes; headline v5 (scripts/device/headline_v5.sh) sets HV_BATCHES="" : the defaults
+  EVAL=${HV_BATCHES-"eval.batch_size=1024 rollout.batch_size=512"}; PPS=8
 fi
 NGPU=${#IDS[@]}
 [ "$NGPU" -ge 1 ] || { echo "no GPU found"; exit 1; }
