@@ -5,7 +5,8 @@ step decode *together*, one generate call, since a decode step of a small policy
 rows as at 1,024. So on a GPU `rollout.batch_size=auto` (the default) sizes a call from memory:
 
     rows = the largest power of two with  rows x bytes a row  <=  memory_fraction x card  - what this run
-           already holds  - the update's weight-sized state not yet allocated   (and <= the card's free memory)
+           already holds  - the update's weight-sized state not yet allocated   (and <= the card's free memory,
+           counting this process's cached, unused blocks as free)
     bytes a row = its static KV cache (2 x layers x KV heads x head dim x cache length x dtype bytes)
                   + the sampling step's float32 logits (3 vocab-sized rows) + one layer's prefill activations
 
@@ -91,7 +92,9 @@ def choose_rows(
         return RowChoice(CPU_ROWS, f"{device.type}: {CPU_ROWS}, the fastest measured on a CPU")
     total = torch.cuda.get_device_properties(device).total_memory
     held = torch.cuda.memory_allocated(device)
-    free = torch.cuda.mem_get_info(device)[0]
+    # free on the card, plus what this process's allocator holds cached but unused (its to reuse): the driver
+    # counts the cache as taken, so a second Trainer in one process (a benchmark's next setting) saw too little
+    free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - held
     state = update_state_bytes(model) + update_reserve
     budget = min(int(fraction * total) - held, free) - state - RESERVE_BYTES
     per_row = bytes_per_row(hf_config, cache_len, prompt_len, dtype_bytes)

@@ -41,9 +41,12 @@ def test_rows_are_the_largest_power_of_two_that_fits(budget, per_row, want):
     assert rows_that_fit(budget, per_row) == want
 
 
-def fake_card(monkeypatch, total: int, held: int, free: int):
+def fake_card(monkeypatch, total: int, held: int, free: int, cached: int = 0):
+    """A card of `total` bytes on which this process has `held` allocated and `cached` more reserved but unused,
+    and the driver reports `free` (the cache counted as taken)."""
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=total))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: held)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: held + cached)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (free, total))
 
 
@@ -60,6 +63,8 @@ def test_auto_fills_the_memory_fraction_less_what_is_held_and_the_updates_state(
     assert "rollout.memory_fraction=0.9" in got.why and "1024 rows" in got.why
     fake_card(monkeypatch, 140 * GIB, 10 * GIB, 40 * GIB)  # another run took most of the card
     assert choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.9).rows == 256  # 39 GiB: 475 rows
+    fake_card(monkeypatch, 140 * GIB, 10 * GIB, 30 * GIB, cached=100 * GIB)  # an earlier Trainer's cache
+    assert choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.9).rows == 1024  # reusable: counted as free
     fake_card(monkeypatch, 140 * GIB, 10 * GIB, 130 * GIB)
     assert choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.25).rows == 256  # 4 runs a card: 24 GiB, 292 rows
     with pytest.raises(ConfigError, match="not one row fits.*raise rollout.memory_fraction"):
