@@ -66,7 +66,9 @@ def test_auto_fills_the_memory_fraction_less_what_is_held_and_the_updates_state(
     fake_card(monkeypatch, 140 * GIB, 10 * GIB, 30 * GIB, cached=100 * GIB)  # an earlier Trainer's cache
     assert choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.9).rows == 1024  # reusable: counted as free
     fake_card(monkeypatch, 140 * GIB, 10 * GIB, 130 * GIB)
-    assert choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.25).rows == 256  # 4 runs a card: 24 GiB, 292 rows
+    assert (
+        choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.25).rows == 256
+    )  # 4 runs a card: 24 GiB, 292 rows
     with pytest.raises(ConfigError, match="not one row fits.*raise rollout.memory_fraction"):
         choose_rows(QWEN_3B, "cuda", 1024, 512, 2, model, 0.07)
     assert choose_rows(QWEN_3B, "cpu", 1024, 512, 2, model, 0.9).rows == sizing.CPU_ROWS
