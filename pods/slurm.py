@@ -40,6 +40,12 @@ from pods.signals import StopOnSignal
 log = logging.getLogger("pods")
 
 
+def handler() -> StopOnSignal:
+    """The run's signal handling: Slurm's (time limit, preemption, requeue) in a Slurm job, else Ctrl-C/SIGTERM
+    (pods/signals.py, which knows nothing of Slurm: the imports go one way)."""
+    return RequeueOnSignal() if in_job() else StopOnSignal()
+
+
 def in_job() -> bool:
     return "SLURM_JOB_ID" in os.environ
 
