@@ -268,12 +268,12 @@ def lost_rank_ends_the_job(trainer):
 def say_lost(who: str, trainer, cause: str, then: str) -> None:
     """The one line of a job that lost a node: which, at which step, why, and what to resume from."""
     from pods import checkpoint as ckpt
+    from pods import cli
 
     newest = ckpt.latest_checkpoint(Path(trainer.run_dir) / "checkpoints")
     saved = f"the newest complete checkpoint is {newest}" if newest else "no checkpoint was written yet"
     msg = f"lost {who} at step {trainer.step} ({cause}); {saved}; {then}"
-    log.error("%s", msg)
-    print(f"pods: error: {msg}", file=sys.stderr)
+    cli.error_line(msg)
 
 
 def _cause(error: str) -> str:
