@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 import torch
 
 
+def zero_variance(rewards: torch.Tensor) -> torch.Tensor:
+    """(P, k) rewards -> (P,) bool, True where every reward of the group is the same: a group that carries no
+    signal (dynamic sampling drops it, its advantages are exactly 0, the selector reports its share).
+
+    >>> zero_variance(torch.tensor([[1.0, 1.0], [0.0, 1.0]])).tolist()
+    [True, False]
+    """
+    return rewards.amax(dim=1) == rewards.amin(dim=1)
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How a batch was sampled. The update reads the temperature from here: the loss must score each token

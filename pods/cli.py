@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
-from pods.errors import CheckpointError
+from pods.errors import CheckpointError, PluginError
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -31,10 +31,21 @@ _RAISE_COMPOSE_ERRORS = "HYDRA_FULL_ERROR" not in os.environ
 
 
 def fail(msg: str) -> None:
-    """One line on stderr (and in the log), exit 2."""
-    log.error("%s", msg)
-    print(f"pods: error: {msg}", file=sys.stderr)
+    """One line on stderr (and in the log file), exit 2."""
+    error_line(msg)
     sys.exit(2)
+
+
+def error_line(msg: str, kind: str = "") -> None:
+    """`pods: error: msg` on stderr, printed once: the log files (Hydra's `<run dir>/*.log`) get it as an ERROR
+    record (`kind: msg`), the console not a second time."""
+    print(f"pods: error: {msg}", file=sys.stderr)
+    record = log.makeRecord(
+        log.name, logging.ERROR, __file__, 0, "%s", (f"{kind}: {msg}" if kind else msg,), None
+    )
+    for h in dict.fromkeys([*log.handlers, *logging.getLogger().handlers]):
+        if isinstance(h, logging.FileHandler) and record.levelno >= h.level:
+            h.handle(record)
 
 
 def composed() -> None:
@@ -45,8 +56,8 @@ def composed() -> None:
 
 @contextmanager
 def one_line_errors():
-    """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint)
-    is one line and exit 2."""
+    """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint) or a
+    component that broke its contract is one line and exit 2."""
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError
@@ -56,10 +67,8 @@ def one_line_errors():
     composed()
     try:
         yield
-    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
-        msg = str(e)
-        log.error("%s: %s", type(e).__name__, msg)
-        print(f"pods: error: {msg}", file=sys.stderr)
+    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError, PluginError) as e:
+        error_line(str(e), type(e).__name__)
         sys.exit(2)
 
 

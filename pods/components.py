@@ -68,7 +68,14 @@ def typed_settings(cls: type, raw: Any, key: str) -> Any:
             fields = ", ".join(f.name for f in dataclasses.fields(cls))
             raise ConfigError(f"{field}: {e.msg.splitlines()[0]} (settings of {key}: {fields})") from None
     if hasattr(obj, "check"):
-        obj.check()
+        try:
+            obj.check()
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plugin's check() may raise anything
+            from pods.registry import raised
+
+            raise ConfigError(f"{key}: {cls.__name__}.check() raised {raised(e, cls.__module__)}") from None
     return obj
 
 

@@ -6,6 +6,7 @@ Each message names the key, the bad value and what is allowed: `selector.m=80 mu
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 
@@ -16,6 +17,23 @@ class ConfigError(ValueError):
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the message says why and what is left intact (raised by
     pods/checkpoint.py; defined here so that the command line can name it without importing torch)."""
+
+
+class PluginError(ValueError):
+    """A registered component (a reward, a selector: a plugin's or pods' own) broke its contract when the loop
+    called it: returned the wrong type, count or indices. The message names it and shows what it returned."""
+
+
+_SHORT = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHORT.maxlist, _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 4, 3, 40, 40
+
+
+def shown(value: Any) -> str:
+    """`value` in a few dozen characters on one line, for an error message: a tensor or array as its type,
+    shape and first values (`tensor (2, 2) int64 [[0, 0], [1, 1]]`)."""
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        return f"{type(value).__name__} {tuple(value.shape)} {value.dtype} {_SHORT.repr(value.tolist())}"
+    return _SHORT.repr(value)
 
 
 def choice(key: str, value: Any, allowed) -> None:

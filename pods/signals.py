@@ -130,10 +130,3 @@ class StopOnSignal(Callback):
                 latest_name(trainer.run_dir),
                 resume_command(trainer.run_dir),
             )
-
-
-def handler() -> StopOnSignal:
-    """The run's signal handling: Slurm's (time limit, preemption, requeue) in a Slurm job, else Ctrl-C/SIGTERM."""
-    from pods import slurm
-
-    return slurm.RequeueOnSignal() if slurm.in_job() else StopOnSignal()

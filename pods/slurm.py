@@ -40,6 +40,12 @@ from pods.signals import StopOnSignal
 log = logging.getLogger("pods")
 
 
+def handler() -> StopOnSignal:
+    """The run's signal handling: Slurm's (time limit, preemption, requeue) in a Slurm job, else Ctrl-C/SIGTERM
+    (pods/signals.py, which knows nothing of Slurm: the imports go one way)."""
+    return RequeueOnSignal() if in_job() else StopOnSignal()
+
+
 def in_job() -> bool:
     return "SLURM_JOB_ID" in os.environ
 
@@ -262,12 +268,12 @@ def lost_rank_ends_the_job(trainer):
 def say_lost(who: str, trainer, cause: str, then: str) -> None:
     """The one line of a job that lost a node: which, at which step, why, and what to resume from."""
     from pods import checkpoint as ckpt
+    from pods import cli
 
     newest = ckpt.latest_checkpoint(Path(trainer.run_dir) / "checkpoints")
     saved = f"the newest complete checkpoint is {newest}" if newest else "no checkpoint was written yet"
     msg = f"lost {who} at step {trainer.step} ({cause}); {saved}; {then}"
-    log.error("%s", msg)
-    print(f"pods: error: {msg}", file=sys.stderr)
+    cli.error_line(msg)
 
 
 def _cause(error: str) -> str:

@@ -7,9 +7,10 @@ Each check exercises the contract the loop relies on and raises AssertionError s
 
     check_selector(fn)        the (rewards, m, generator) signature; (P, m) distinct in-range integer
                               indices, input untouched, same output under a seed
-    check_reward(fn)          one finite float per completion, deterministic, [] for no completions
-    check_prefilter(cls)      built with its real settings; keep/observe/end_step/metrics in order; a state
-                              round trip decides alike
+    check_reward(fn, rows=)   one finite float per completion, deterministic, [] for no completions; with
+                              dataset rows, their fields passed as the run passes them
+    check_prefilter(cls)      built with its real settings; keep/observe/end_step/metrics in order; its
+                              state pickles (a checkpoint holds it) and a round trip decides alike
     check_backend(cls, ...)   the Generator signature, then a Rollouts of the right layout, greedy and
                               seeded sampling reproducible, batch_size honoured, sync_weights callable
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import pickle
 from collections.abc import Callable
 
 import torch
@@ -103,13 +105,23 @@ def check_reward_signature(reward: str | Callable) -> None:
 
 
 def check_reward(
-    reward: str | Callable, completions: list[str] | None = None, answers: list[str] | None = None, **kw
+    reward: str | Callable,
+    completions: list[str] | None = None,
+    answers: list[str] | None = None,
+    rows: list[dict] | None = None,
+    **kw,
 ) -> None:
     """`reward(completions, answers, **kw) -> list[float]`: one finite float per completion, the same on a
-    second call, and [] for no completions. `kw` is what the run passes (`grader=`), if it needs it."""
+    second call, and [] for no completions. `kw` is what the run passes (`grader=`), if it needs it; `rows`,
+    one dataset row (a dict) per completion, are passed as the run passes them, each field a column by name,
+    and a field the reward requires that they lack is named (preflight checks the same on the real data)."""
+    from pods.errors import PluginError
     from pods.reward import REWARDS
+    from pods.reward.preflight import fields_wanted, row_fields
+    from pods.reward.registry import accepted, columns, values
 
     fn = _fn(REWARDS, reward)
+    name = reward if isinstance(reward, str) else getattr(fn, "__name__", type(fn).__name__)
     check_reward_signature(fn)
     completions = completions or [
         "<think>7 + 5</think>\n<answer>12</answer>",
@@ -120,12 +132,28 @@ def check_reward(
         "x" * 5000,
     ]
     answers = answers or ["12"] * len(completions)
-    out = [list(fn(completions, answers, **kw)) for _ in range(2)]
-    assert len(out[0]) == len(completions), f"reward: {len(out[0])} values for {len(completions)} completions"
-    bad = [v for v in out[0] if not isinstance(v, (int, float)) or not math.isfinite(float(v))]
+    if rows is not None:
+        assert len(rows) == len(completions), (
+            f"check_reward: {len(rows)} rows for {len(completions)} completions"
+        )
+        missing = [f for f in fields_wanted(fn, kw) if f not in row_fields(rows)]
+        assert not missing, (
+            f"reward: takes {missing[0]!r}, a field the rows lack ({', '.join(sorted(row_fields(rows)))})"
+        )
+        kw = accepted(fn, {**columns(rows), **kw}) if rows else kw
+
+    def call() -> list[float]:  # as the run reads it: a float, a dict or a count short is its own message
+        try:
+            return values(name, fn(completions, answers, **kw), len(completions))
+        except PluginError as e:
+            raise AssertionError(str(e)) from None
+
+    out = [call(), call()]
+    bad = [v for v in out[0] if not math.isfinite(v)]
     assert not bad, f"reward: values that are not finite numbers: {bad[:3]}"
     assert out[0] == out[1], "reward: two calls on the same completions disagree"
-    assert list(fn([], [], **kw)) == [], "reward: no completions must give []"
+    empty = accepted(fn, {**kw, **{k: [] for k in columns(rows)}}) if rows else kw  # the columns empty too
+    assert list(fn([], [], **empty)) == [], "reward: no completions must give []"
 
 
 def check_prefilter(
@@ -144,6 +172,7 @@ def check_prefilter(
     ids = list(range(prompts))
     g = torch.Generator().manual_seed(seed)
     a = construct(cls, settings, seed)
+    _picklable(a.state_dict(), "when built")
     for epoch in range(epochs):
         kept = a.keep(ids, epoch)
         assert len(kept) == len(ids), f"prefilter: keep() gave {len(kept)} decisions for {len(ids)} prompts"
@@ -158,9 +187,22 @@ def check_prefilter(
         for k, v in metrics.items():
             assert k.startswith("prefilter/"), f"prefilter: metric {k!r} is not named prefilter/..."
             assert isinstance(v, (int, float)) and math.isfinite(v), f"prefilter: metric {k}={v!r}"
+    _picklable(a.state_dict(), f"after {epochs} epochs")
     b = construct(cls, settings, seed + 1)
     b.load_state_dict(a.state_dict())
     assert a.keep(ids, epochs) == b.keep(ids, epochs), "prefilter: a state round trip decides differently"
+
+
+def _picklable(state, when: str) -> None:
+    """A checkpoint saves the prefilter's state with torch.save (pickle): it must pickle."""
+    try:
+        pickle.dumps(state)
+    except Exception as e:  # noqa: BLE001 - pickle raises PicklingError, TypeError, AttributeError, ...
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise AssertionError(
+            f"prefilter: state_dict() {when} cannot be pickled ({type(e).__name__}: {msg}), so no checkpoint could "
+            "hold it; keep plain data in it (dicts, lists, numbers, tensors)"
+        ) from None
 
 
 def check_backend(backend: str | type, settings, model, tokenizer, device="cpu", n: int = 3) -> None:

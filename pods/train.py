@@ -121,10 +121,10 @@ def preflight(cfg) -> TrainConfig:
 def run(cfg, callbacks=()) -> dict:
     """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own.
     Ctrl-C and SIGTERM (and Slurm's signals in a Slurm job) end it with a checkpoint (pods/signals.py)."""
-    from pods import signals, slurm
+    from pods import slurm
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
-    stop = signals.handler()  # from here a signal is noted; the loop saves and exits at a step boundary
+    stop = slurm.handler()  # from here a signal is noted; the loop saves and exits at a step boundary
     run_dir = OmegaConf.select(cfg, "run_dir", default=None)
     try:
         c = preflight(cfg)

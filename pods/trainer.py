@@ -41,7 +41,7 @@ from pods.models import (
 )
 from pods.prefilter import PrefilterStage, build_prefilter
 from pods.resume import Checkpointer
-from pods.reward import RewardStage, build_reward
+from pods.reward import RewardStage, build_reward, check_on_data
 from pods.rollout import RolloutSettings, build_generator
 from pods.rollout.dynamic_sampling import DynamicSampling
 from pods.rollout.stage import RolloutStage, completion_metrics
@@ -91,6 +91,7 @@ class Trainer:
         self.tok = load_tokenizer(c.model)
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
+        check_on_data(self.reward_fn, self.train_set, self.eval_set, c.dataset.name)  # a bad term: one line
         # the math-verify workers start now if the data needs them
         self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)
         # the heavy part comes after every check

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from pods.batch import Rollouts, Sampling
+from pods.batch import Rollouts, Sampling, zero_variance
 
 SAMPLING = Sampling(0.8)
 
@@ -48,3 +48,26 @@ def test_select_groups_and_concat_relayout():
     assert both.input_ids[0, 0].item() == -1  # left padding added to the narrower part
     assert torch.equal(both.attention_mask.sum(1), b.attention_mask[[2, 3, 0, 1]].sum(1))
     assert both.sampling == b.sampling
+
+
+def test_zero_variance_is_every_reward_of_the_group_equal():
+    """Against brute force, and against the four spellings it replaced (dynamic sampling's two, the
+    advantages' and the selector metrics'): the same booleans on binary, continuous, tied, signed-zero and
+    large-offset rewards."""
+    g = torch.Generator().manual_seed(0)
+    cases = [
+        (torch.rand(64, 4, generator=g) > 0.5).float(),
+        torch.rand(16, 8, generator=g),
+        torch.tensor([[0.0, -0.0], [1e10, 1e10 + 1], [3.0, 3.0], [-1.0, 2.0]], dtype=torch.float64),
+        torch.full((3, 5), 0.25),
+    ]
+    for r in cases:
+        got = zero_variance(r)
+        assert got.tolist() == [len(set(row)) == 1 for row in r.tolist()]
+        assert torch.equal(got, ~(r.max(1).values - r.min(1).values > 0))
+        assert torch.equal(got, r.max(1).values == r.min(1).values)
+        assert torch.equal(
+            got, r.amax(dim=1, keepdim=True).squeeze(1) == r.amin(dim=1, keepdim=True).squeeze(1)
+        )
+        assert torch.equal(got, r.max(1).values - r.min(1).values == 0)
+    assert zero_variance(torch.zeros(0, 4)).shape == (0,)

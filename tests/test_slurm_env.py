@@ -71,13 +71,13 @@ def test_outside_slurm_nothing_changes(monkeypatch, make_cfg):
     cfg = make_cfg("debug=smoke", "hardware=cpu")
     slurm.setup(cfg)
     assert cfg.resume is False
-    stop = signals.handler()  # Ctrl-C/SIGTERM as everywhere, not Slurm's requeue on SIGUSR2
+    stop = slurm.handler()  # Ctrl-C/SIGTERM as everywhere, not Slurm's requeue on SIGUSR2
     stop.uninstall()
     assert type(stop) is signals.StopOnSignal
 
 
 def test_in_a_job_the_run_s_signal_handler_is_slurm_s(job):
-    stop = signals.handler()
+    stop = slurm.handler()
     stop.uninstall()
     assert isinstance(stop, slurm.RequeueOnSignal) and signal.SIGUSR2 in stop.previous
 

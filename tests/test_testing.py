@@ -56,6 +56,27 @@ def test_check_reward_catches_a_short_answer():
         check_reward(lambda completions, answers, **kw: [0.0])
 
 
+def test_check_reward_names_a_float_returned_instead_of_a_list():
+    with pytest.raises(
+        AssertionError, match=r"^reward 'half' returned 0\.5 for 6 completions; a reward returns"
+    ):
+        check_reward(half)
+
+
+def half(completions, answers, **kw):
+    return 0.5
+
+
+def by_level(completions, answers, level, **kw):
+    return [float(x) for x in level]
+
+
+def test_check_reward_passes_row_fields_as_columns_and_names_a_missing_one():
+    check_reward(by_level, rows=[{"level": i % 3, "question": "q"} for i in range(6)])
+    with pytest.raises(AssertionError, match=r"reward: takes 'level', a field the rows lack \(difficulty\)"):
+        check_reward(by_level, rows=[{"difficulty": 1}] * 6)
+
+
 @pytest.mark.parametrize("name, settings_", [("none", None), ("greso", GresoConfig())])
 def test_the_shipped_prefilters_conform(name, settings_):
     check_prefilter(name, settings_)

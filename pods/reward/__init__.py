@@ -9,6 +9,7 @@ this package is imported here, so a new file of reward functions registers itsel
 from pods.registry import import_submodules
 from pods.reward.grading import Grader, extract_answer
 from pods.reward.numbers import Number, numbers_equal, parse_number
+from pods.reward.preflight import check_on_data
 from pods.reward.registry import REWARDS, Reward, RewardOutput, RewardStage, build_reward, register_reward
 
 import_submodules(__name__)  # functions.py registers accuracy and format
@@ -21,6 +22,7 @@ __all__ = [
     "RewardOutput",
     "RewardStage",
     "build_reward",
+    "check_on_data",
     "extract_answer",
     "numbers_equal",
     "parse_number",

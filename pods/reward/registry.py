@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pods.batch import Rollouts
+from pods.errors import PluginError, shown
 from pods.registry import Registry
 from pods.reward.grading import Grader
 from pods.reward.numbers import parse_number
@@ -70,10 +71,8 @@ class Reward:
         if len(completions) != len(answers):
             raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
         t0, e0 = self.grader.n_timeouts, self.grader.n_errors
-        context = {"grader": self.grader, **({"prompts": prompts} if prompts is not None else {})}
-        context.update(columns(rows) if rows else {})
-        names = list(self.weights) + [self.correctness] * (self.correctness not in self.weights)
-        terms = {n: self._term(n, completions, answers, context) for n in names}
+        context = self.context(prompts, rows)
+        terms = {n: self.term(n, completions, answers, context) for n in self.names()}
         total = [0.0] * len(completions)
         for n, w in self.weights.items():
             total = [t + w * v for t, v in zip(total, terms[n])]
@@ -85,16 +84,22 @@ class Reward:
             n_errors=self.grader.n_errors - e0,
         )
 
-    def _term(self, name: str, completions: list[str], answers: list[str], context: dict) -> list[float]:
+    def names(self) -> list[str]:
+        """The terms computed: the weighted ones, then the correctness term if it is not weighted."""
+        return list(self.weights) + [self.correctness] * (self.correctness not in self.weights)
+
+    def context(self, prompts: list[str] | None, rows: list[dict] | None) -> dict:
+        """What a term may take besides completions and answers: the grader, the prompts, the rows' fields."""
+        context = {"grader": self.grader, **({"prompts": prompts} if prompts is not None else {})}
+        context.update(columns(rows) if rows else {})
+        return context
+
+    def term(self, name: str, completions: list[str], answers: list[str], context: dict) -> list[float]:
+        """Term `name`'s values, one float per completion (`context`: what `context()` gives)."""
         own = self.settings.get(name)
         fn = REWARDS[name]
         kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
-        vals = [float(v) for v in fn(completions, answers, **kw)]
-        if len(vals) != len(completions):
-            raise ValueError(
-                f"reward {name!r} returned {len(vals)} values for {len(completions)} completions"
-            )
-        return vals
+        return values(name, fn(completions, answers, **kw), len(completions))
 
     def prepare(self, answers: list[str]) -> bool:
         """Start the math-verify workers now if some gold answer is not a plain number (they will be needed, and
@@ -108,6 +113,26 @@ class Reward:
 
     def close(self) -> None:
         self.grader.close()
+
+
+def values(name: str, out, n: int) -> list[float]:
+    """Reward `name`'s return value for n completions as n floats (a list, a tuple, a tensor of n numbers), or
+    a PluginError line naming the reward and showing what it returned."""
+    try:
+        if isinstance(out, (str, bytes, dict)):
+            raise TypeError
+        vals = [float(v) for v in out]
+    except (TypeError, ValueError):
+        raise PluginError(
+            f"reward {name!r} returned {shown(out)} for {n} completions; a reward returns one float per "
+            "completion (a list)"
+        ) from None
+    if len(vals) != n:
+        raise PluginError(
+            f"reward {name!r} returned {len(vals)} values for {n} completions ({shown(out)}); a reward returns "
+            "one float per completion"
+        )
+    return vals
 
 
 def columns(rows: list[dict]) -> dict[str, list]:

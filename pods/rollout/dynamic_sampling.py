@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from pods.batch import Rollouts
+from pods.batch import Rollouts, zero_variance
 from pods.config import DynamicSamplingConfig
 
 
@@ -23,8 +23,8 @@ def useful_groups(rewards: torch.Tensor, want: int) -> list[int]:
     >>> useful_groups(torch.tensor([[1., 1.], [0., 1.], [0., 0.], [1., 0.]]), 5)
     [1, 3]
     """
-    spread = rewards.max(1).values - rewards.min(1).values
-    return [g for g in range(len(spread)) if spread[g] > 0][:want]
+    flat = zero_variance(rewards).tolist()
+    return [g for g in range(len(flat)) if not flat[g]][:want]
 
 
 class DynamicSampling:
@@ -60,7 +60,7 @@ class DynamicSampling:
             return r, rewards.shape[0]
         useful = useful_groups(rewards, remaining)  # positions in the gathered batch
         self.dropped += rewards.shape[0] - len(useful)
-        zero_var = (rewards.max(1).values == rewards.min(1).values).float().mean().item()
+        zero_var = zero_variance(rewards).float().mean().item()
         self.zero_var_ratio = 0.5 * self.zero_var_ratio + 0.5 * zero_var
         return r.select_groups(self.dist.local_positions(useful, drawn)), len(useful)
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from pods.errors import PluginError, shown
 from pods.registry import Registry
 
 SELECTORS: Registry = Registry("selector")
@@ -132,8 +133,25 @@ def downsample(
         check_rewards(rewards, m, name)
     keep = fn(rewards, m, generator, **(dataclasses.asdict(settings) if settings is not None else {}))
     P, n = rewards.shape
-    if keep.shape != (P, m):
-        raise ValueError(f"selector {name!r} returned shape {tuple(keep.shape)}, expected {(P, m)}")
-    if keep.numel() and (keep.min() < 0 or keep.max() >= n or (keep.sort(1).values.diff(dim=1) == 0).any()):
-        raise ValueError(f"selector {name!r} returned out-of-range or repeated indices")
+    broken = contract_broken(keep, P, n, m)
+    if broken:
+        raise PluginError(
+            f"selector {name!r} returned {broken}: {shown(keep)} (a selector returns (P, m) = {(P, m)} "
+            f"distinct integer indices in [0, {n}) per row)"
+        )
     return keep
+
+
+def contract_broken(keep, P: int, n: int, m: int) -> str | None:
+    """What is wrong with a selector's answer `keep` for (P, n) rewards and m (None: nothing)."""
+    if not isinstance(keep, torch.Tensor):
+        return f"a {type(keep).__name__}, not a tensor"
+    if tuple(keep.shape) != (P, m):
+        return f"shape {tuple(keep.shape)}"
+    if keep.dtype not in (torch.int64, torch.int32):  # what indexing takes
+        return f"dtype {keep.dtype}"
+    if keep.numel() and (keep.min() < 0 or keep.max() >= n):
+        return "out-of-range indices"
+    if keep.numel() and (keep.sort(1).values.diff(dim=1) == 0).any():
+        return "repeated indices in a row"
+    return None

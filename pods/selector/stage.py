@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from pods.batch import Rollouts
+from pods.batch import Rollouts, zero_variance
 from pods.config import SelectorConfig
 from pods.selector.selectors import downsample
 
@@ -26,7 +26,7 @@ def wasserstein1(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def selector_metrics(all_rewards: torch.Tensor, kept_rewards: torch.Tensor) -> dict[str, float]:
     """all_rewards: (P, n); kept_rewards: (P, m)."""
-    zero_var = lambda r: (r.max(1).values - r.min(1).values == 0).double().mean().item()  # noqa: E731
+    zero_var = lambda r: zero_variance(r).double().mean().item()  # noqa: E731
     var = lambda r: r.double().var(1, unbiased=False).mean().item()  # noqa: E731
     return {
         "selector/all_reward_mean": all_rewards.double().mean().item(),

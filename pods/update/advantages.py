@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from pods.batch import zero_variance
+
 
 def group_advantages(
     rewards: torch.Tensor,
@@ -30,10 +32,8 @@ def group_advantages(
         adv = adv / (std + eps)
     # A group whose rewards are all equal carries no signal; make that exactly 0 (float rounding of the
     # mean would otherwise leave ~1e-8 / eps), so the update can skip those rows.
-    flat = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
-    return torch.where(
-        flat & (ref.amax(1, keepdim=True) == ref.amin(1, keepdim=True)), torch.zeros_like(adv), adv
-    )
+    flat = (zero_variance(rewards) & zero_variance(ref)).unsqueeze(1)  # (P, 1)
+    return torch.where(flat, torch.zeros_like(adv), adv)
 
 
 ADV_STATS = ("kept", "full")  # whose mean/std normalise: the kept m (PODS paper) or all n (an ablation)
