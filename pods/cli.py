@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
-from pods.errors import CheckpointError
+from pods.errors import CheckpointError, IntegrityError
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -45,8 +45,8 @@ def composed() -> None:
 
 @contextmanager
 def one_line_errors():
-    """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint)
-    is one line and exit 2."""
+    """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint) or a
+    run that stopped rather than measure something else (pods/guard.py) is one line and exit 2."""
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError
@@ -56,7 +56,7 @@ def one_line_errors():
     composed()
     try:
         yield
-    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError, IntegrityError) as e:
         msg = str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)

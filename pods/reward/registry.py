@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from pods.batch import Rollouts
+from pods.errors import NonFiniteError
 from pods.registry import Registry
 from pods.reward.grading import Grader
 from pods.reward.numbers import parse_number
@@ -94,6 +96,14 @@ class Reward:
             raise ValueError(
                 f"reward {name!r} returned {len(vals)} values for {len(completions)} completions"
             )
+        bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None)
+        if bad is not None:  # scored as 0 it would pass for a wrong answer: the run stops (pods/guard.py)
+            raise NonFiniteError(
+                "reward",
+                f"reward {name!r} returned {vals[bad]} for completion {bad} of {len(vals)} "
+                f"({sum(not math.isfinite(v) for v in vals)} non-finite); a reward function must return finite "
+                "numbers",
+            )
         return vals
 
     def prepare(self, answers: list[str]) -> bool:
@@ -149,7 +159,7 @@ def build_reward(reward) -> Reward:
 
 
 def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Replace NaN/inf rewards with 0 so nothing non-finite reaches advantages or the loss."""
+    """Replace NaN/inf rewards with 0 and count them (the reward stage stops the run on any: pods/guard.py)."""
     bad = ~torch.isfinite(r)
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
@@ -187,6 +197,12 @@ class RewardStage:
         with self.timer.phase("reward"):
             out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self)  # self: the train set's
             total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
+            if bad:  # each term is finite (Reward._term): the weighted sum overflowed float32
+                raise NonFiniteError(
+                    "reward",
+                    f"{bad} weighted reward sums overflow float32 (reward.weights={self.reward.weights}); "
+                    "scale the rewards or their weights down",
+                )
             r.rewards = total.view(r.num_groups, r.group_size)
             r.correct = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)
             self.nonfinite += bad
@@ -213,7 +229,7 @@ class RewardStage:
             "reward/mean": rewards.mean().item() if rewards.numel() else float("nan"),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "reward/accuracy": correct.mean().item() if correct.numel() else float("nan"),
-            "reward/nonfinite": dist.sum(self.nonfinite),  # counted on each rank's shard
+            "reward/nonfinite": dist.sum(self.nonfinite),  # always 0: a non-finite reward stops the run
             "reward/timeouts": dist.sum(self.timeouts),
             "reward/errors": dist.sum(self.errors),
         }
