@@ -43,7 +43,7 @@ def evaluate(
         batch_size=e.batch_size,
     )
     golds = [answers[i] for i in ids for _ in range(k)]
-    graded = grade(reward_fn, out.texts, ids, k, data)  # as in training
+    graded = grade(reward_fn, out.texts, ids, k, data, dist)  # as in training
     terms = sorted(graded.terms)
     local = torch.stack(
         [

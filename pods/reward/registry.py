@@ -164,14 +164,28 @@ def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
 
-def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data):
+def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data, dist=None):
     """The one place a reward's inputs are put together, for training and eval alike: `texts`, group_size
     completions of each of `prompt_ids` (group-major), graded against their gold answers, with their prompts
     and their dataset rows' fields (`data`: the prompt set, pods.data.PromptSet: its `prompts`, `answers` and
-    `fields`, by prompt id; fields may be None)."""
+    `fields`, by prompt id; fields may be None). A non-finite reward raises NonFiniteError, on every rank of
+    `dist` alike (the others would wait in the gather that follows)."""
     per = lambda xs: [xs[p] for p in prompt_ids for _ in range(group_size)]  # noqa: E731 - one per completion
     rows = per(data.fields) if data.fields is not None else None
-    return reward(texts, per(data.answers), prompts=per(data.prompts), rows=rows)
+    out, error = None, None
+    try:
+        out = reward(texts, per(data.answers), prompts=per(data.prompts), rows=rows)
+        over = int((~torch.isfinite(torch.tensor(out.total, dtype=torch.float32))).sum())
+        if over:  # each term is finite (Reward._term): their weighted sum overflows float32
+            weights = getattr(reward, "weights", None)
+            raise NonFiniteError(
+                "reward", f"{over} weighted reward sums overflow float32 (reward.weights={weights})"
+            )
+    except NonFiniteError as e:
+        error = e
+    if dist.sum(float(error is not None)) if dist is not None else error is not None:
+        raise error or NonFiniteError("reward", "a reward function returned one on another rank")
+    return out
 
 
 class RewardStage:
@@ -195,14 +209,9 @@ class RewardStage:
         """Grade `r` (this rank's groups): sets r.rewards and r.correct; returns the gathered (P_round, n)
         rewards and correctness of the whole round."""
         with self.timer.phase("reward"):
-            out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self)  # self: the train set's
+            # self: the train set's; a non-finite reward stops every rank here
+            out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self, self.dist)
             total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
-            if bad:  # each term is finite (Reward._term): the weighted sum overflowed float32
-                raise NonFiniteError(
-                    "reward",
-                    f"{bad} weighted reward sums overflow float32 (reward.weights={self.reward.weights}); "
-                    "scale the rewards or their weights down",
-                )
             r.rewards = total.view(r.num_groups, r.group_size)
             r.correct = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)
             self.nonfinite += bad

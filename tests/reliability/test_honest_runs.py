@@ -146,6 +146,27 @@ def test_a_checkpoint_with_non_finite_weights_is_refused_on_resume(blown_up, mak
     )
 
 
+def test_a_non_finite_reward_in_eval_names_the_step_and_stops_every_rank():
+    guard = RunGuard(torch.nn.Linear(2, 2), ONE_DIST, OmegaConf.create({"lr": 1e-5, "grad_clip": 0.1}), 3)
+    with pytest.raises(NonFiniteError) as e, guard.at(4, "eval"):
+        raise NonFiniteError("reward", "reward 'r' returned nan for completion 0 of 2 (1 non-finite)")
+    assert str(e.value) == (
+        "non-finite reward at step 4: reward 'r' returned nan for completion 0 of 2 (1 non-finite) (eval); the "
+        "run stops here"
+    )
+    from pods.reward.registry import RewardOutput, grade
+
+    def fine(texts, answers, prompts=None, rows=None):
+        return RewardOutput(total=[1.0] * len(texts), terms={}, correct=[True] * len(texts))
+
+    another_rank = SimpleNamespace(sum=lambda x: x + 1.0)  # this rank's rewards are finite, another's are not
+    data = SimpleNamespace(prompts=["p"], answers=["1"], fields=None)
+    with pytest.raises(
+        NonFiniteError, match="^non-finite reward: a reward function returned one on another rank"
+    ):
+        grade(fine, ["a", "b"], [0], 2, data, another_rank)
+
+
 def test_a_non_finite_gradient_norm_or_loss_stops_at_its_step():
     guard = RunGuard(torch.nn.Linear(2, 2), ONE_DIST, OmegaConf.create({"lr": 1e-5, "grad_clip": 0.1}), 3)
     with pytest.raises(NonFiniteError, match=r"^non-finite gradient norm at step 7: update/grad_norm=nan"):
@@ -271,21 +292,21 @@ def test_which_max_steps_changes_change_the_schedule():
 
 def test_a_resume_with_more_steps_under_cosine_is_refused_or_recorded(make_cfg, tmp_path):
     d = tmp_path / "run"
-    over = [*SMOKE, "optim.schedule=cosine", "max_steps=2", "eval.at_start=false", "eval.at_end=false"]
+    over = [*SMOKE, "optim.schedule=cosine", "max_steps=1", "eval.at_start=false", "eval.at_end=false"]
     run(make_cfg(*over, run_dir=d))
-    with pytest.raises(ConfigError) as e:
-        run(make_cfg(*over, "max_steps=4", "resume=true", run_dir=d))
+    with pytest.raises(ConfigError) as e:  # refused before the model loads
+        run(make_cfg(*over, "max_steps=2", "resume=true", run_dir=d))
     msg = one_line(e)
-    assert msg.startswith("resume=true: max_steps=4 (checkpoint step_0000002: 2) changes the learning-rate ")
-    assert "(cosine over 2 optimizer steps, warm-up 0 -> cosine over 4 optimizer steps, warm-up 0)" in msg
+    assert msg.startswith("resume=true: max_steps=2 (checkpoint step_0000001: 1) changes the learning-rate ")
+    assert "(cosine over 1 optimizer steps, warm-up 0 -> cosine over 2 optimizer steps, warm-up 0)" in msg
     assert "resume_allow_schedule_change=true" in msg
-    run(make_cfg(*over, "max_steps=4", "resume=true", "resume_allow_schedule_change=true", run_dir=d))
+    run(make_cfg(*over, "max_steps=2", "resume=true", "resume_allow_schedule_change=true", run_dir=d))
     events = [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
     resumed = events[-1]
-    assert resumed["event"] == "resume" and resumed["changed"]["max_steps"] == [2, 4]
+    assert resumed["event"] == "resume" and resumed["changed"]["max_steps"] == [1, 2]
     assert resumed["changed"]["lr_schedule"] == [
+        "cosine over 1 optimizer steps, warm-up 0",
         "cosine over 2 optimizer steps, warm-up 0",
-        "cosine over 4 optimizer steps, warm-up 0",
     ]
     assert resumed["changed"]["resume_allow_schedule_change"] == [False, True]
 
