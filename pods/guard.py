@@ -33,7 +33,8 @@ def nonfinite_param(model, dist) -> str | None:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     local = [p.to_local() if hasattr(p, "to_local") else p for _, p in named]  # FSDP: this rank's shard
     with torch.no_grad():
-        norms = torch.stack([x.float() for x in torch._foreach_norm([t.detach() for t in local])]).cpu()
+        norms = [x.float() for x in torch._foreach_norm([t.detach() for t in local])] if local else []
+    norms = torch.stack(norms).cpu() if norms else torch.zeros(0)
     bad = (~torch.isfinite(norms)).nonzero()
     if dist.sum(float(len(bad))) == 0:  # a collective: every rank takes the same branch
         return None
@@ -80,7 +81,7 @@ class RunGuard:
             raise NonFiniteError(
                 "weights",
                 f"the norm of {name} is not finite after the optimizer step ({self.hint()}: too large a step?); "
-                "no checkpoint is written from it, `latest` names the last finite one",
+                "no checkpoint is written from it",
                 step,
             )
 
