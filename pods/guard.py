@@ -4,6 +4,7 @@ Each check sits where its fault first shows, and stops the run in one line namin
 (IntegrityError: `pods: error: ...`, exit 2):
 
     reward     a reward function's NaN or inf (pods/reward/registry.py raises; `at` adds the step)
+    rollout    NaN or inf token probabilities while sampling (torch.multinomial's refusal, named: `sampling`)
     update     a non-finite loss or gradient norm (the norm clipping computes anyway), then a weight norm that is
                not finite in float32: weights that large make the next forward NaN (optim.lr=1e30 does it in
                one step, with a finite loss and gradient)
@@ -39,6 +40,24 @@ def nonfinite_param(model, dist) -> str | None:
     if dist.sum(float(len(bad))) == 0:  # a collective: every rank takes the same branch
         return None
     return named[int(bad[0])][0] if len(bad) else "(on another rank's shard)"
+
+
+# what torch.multinomial says when the probabilities it samples from hold NaN or inf (HF generate samples with it)
+_SAMPLING_NONFINITE = "probability tensor contains either `inf`, `nan`"
+
+
+@contextmanager
+def sampling(what: str):
+    """Around a backend's generate: NaN or inf token probabilities (the policy's logits) are a NonFiniteError
+    naming `what` was sampled, not a traceback from inside the backend."""
+    try:
+        yield
+    except RuntimeError as e:
+        if _SAMPLING_NONFINITE not in str(e):
+            raise
+        raise NonFiniteError(
+            "token probabilities", f"the policy's logits hold NaN or inf while sampling {what}"
+        ) from None
 
 
 class RunGuard:

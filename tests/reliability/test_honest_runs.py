@@ -28,7 +28,7 @@ from pods.config import DatasetConfig
 from pods.data import load_examples, tasks
 from pods.distributed import Dist
 from pods.errors import ConfigError, IntegrityError, NonFiniteError
-from pods.guard import RunGuard, nonfinite_param
+from pods.guard import RunGuard, nonfinite_param, sampling
 from pods.prefilter import PREFILTERS
 from pods.reward import REWARDS
 from pods.timing import PhaseTimer
@@ -165,6 +165,17 @@ def test_a_non_finite_reward_in_eval_names_the_step_and_stops_every_rank():
         NonFiniteError, match="^non-finite reward: a reward function returned one on another rank"
     ):
         grade(fine, ["a", "b"], [0], 2, data, another_rank)
+
+
+def test_nan_token_probabilities_while_sampling_are_named_not_a_traceback():
+    guard = RunGuard(torch.nn.Linear(2, 2), ONE_DIST, OmegaConf.create({"lr": 1e-5, "grad_clip": 0.1}), 3)
+    with pytest.raises(NonFiniteError) as e, guard.at(3), sampling("rollouts"):
+        torch.multinomial(torch.tensor([[float("nan"), 1.0]]), 1)  # what HF generate samples with
+    assert str(e.value).startswith(
+        "non-finite token probabilities at step 3: the policy's logits hold NaN or inf while sampling rollouts"
+    )
+    with pytest.raises(RuntimeError, match="another failure"), sampling("rollouts"):
+        raise RuntimeError("another failure")  # any other error goes through as it is
 
 
 def test_a_non_finite_gradient_norm_or_loss_stops_at_its_step():
