@@ -39,10 +39,10 @@ def build_optimizer(
     return opt, sched
 
 
-def _shape_of(config: dict) -> dict:
+def _shape_of(config: dict, max_steps: int) -> dict:
     """schedule_shape of a config as saved (a checkpoint of an older pods may lack a key: its default)."""
     o, mu = config.get("optim", {}), config.get("algo", {}).get("mu", 1)
-    total = config["max_steps"] * mu
+    total = config.get("max_steps", max_steps) * mu
     return schedule_shape(
         o.get("schedule", "constant"), o.get("warmup_steps", 0), o.get("warmup_ratio", 0.0), total
     )
@@ -57,8 +57,9 @@ def check_schedule_kept(saved: dict, now: dict, checkpoint: str) -> dict[str, tu
     """Refuse (ConfigError, one line) a resume whose config computes the lr schedule differently from the
     checkpoint's (max_steps under cosine or warmup_ratio: the restored step would land on another curve, e.g.
     back up a cosine that had decayed to 0), unless now's resume_allow_schedule_change; returns
-    {"lr_schedule": (old, new)} for history.jsonl when it changed, else {}."""
-    old, new = _shape_of(saved), _shape_of(now)
+    {"lr_schedule": (old, new)} for history.jsonl when it changed, else {}. (max_train_time does not enter the
+    schedule: a run bounded by it has the schedule of its max_steps.)"""
+    old, new = _shape_of(saved, now["max_steps"]), _shape_of(now, now["max_steps"])
     if old == new:
         return {}
     if not now.get("resume_allow_schedule_change", False):
