@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -53,15 +54,27 @@ def latest_weights(run_dir) -> dict[str, torch.Tensor]:
 # --- 1. non-finite values -----------------------------------------------------------------------------------
 
 
-def test_a_reward_plugin_returning_nan_stops_the_run_at_that_step(make_cfg, tmp_path, monkeypatch):
-    def nan_reward(completions, answers, **kw):
-        return [float("nan")] * len(completions)
+NAN_PLUGIN = """
+from pods.reward import register_reward
 
-    monkeypatch.setitem(REWARDS, "nan_reward", nan_reward)
+
+@register_reward("nan_reward")
+def nan_reward(completions, answers, **kw):
+    return [float("nan")] * len(completions)
+"""
+
+
+def test_a_reward_plugin_returning_nan_stops_the_run_at_that_step(make_cfg, tmp_path, monkeypatch):
+    (tmp_path / "nan_reward_plugin.py").write_text(NAN_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
     d = tmp_path / "run"
-    cfg = make_cfg(*SMOKE, "+reward.weights.nan_reward=1.0", "eval.at_start=false", run_dir=d)
-    with pytest.raises(NonFiniteError) as e:
-        run(cfg)
+    over = ["plugins=[nan_reward_plugin]", "+reward.weights.nan_reward=1.0", "eval.at_start=false"]
+    try:
+        with pytest.raises(NonFiniteError) as e:
+            run(make_cfg(*SMOKE, *over, run_dir=d))
+    finally:  # the plugin and what it registered go with the test
+        sys.modules.pop("nan_reward_plugin", None)
+        REWARDS.pop("nan_reward", None)
     msg = one_line(e)
     assert msg.startswith("non-finite reward at step 1: reward 'nan_reward' returned nan for completion 0"), (
         msg
