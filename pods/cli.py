@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
-from pods.errors import CheckpointError, PluginError
+from pods.errors import CheckpointError, IntegrityError, PluginError
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -57,7 +57,8 @@ def composed() -> None:
 @contextmanager
 def one_line_errors():
     """The task function's body: an error that names bad input (config, data, hub, metrics, checkpoint) or a
-    component that broke its contract is one line and exit 2."""
+    component that broke its contract, or a run that stopped rather than measure something else
+    (pods/guard.py), is one line and exit 2."""
     from pods.data.tasks import DataError
     from pods.hub import OfflineError
     from pods.tracking import MetricsGapError
@@ -67,7 +68,15 @@ def one_line_errors():
     composed()
     try:
         yield
-    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError, PluginError) as e:
+    except (
+        ConfigError,
+        DataError,
+        OfflineError,
+        MetricsGapError,
+        CheckpointError,
+        PluginError,
+        IntegrityError,
+    ) as e:
         error_line(str(e), type(e).__name__)
         sys.exit(2)
 

@@ -493,6 +493,11 @@ class TrainConfig:
     max_steps: int = 100
     max_train_time: float = 0.0  # training-clock budget in seconds (0 = none)
     resume: bool = False  # continue from the newest checkpoint in run_dir
+    # let a resume change how the lr schedule is computed (max_steps under optim.schedule=cosine or
+    # optim.warmup_ratio); refused otherwise, as the lr would follow neither run's schedule (history.jsonl
+    # records the change)
+    resume_allow_schedule_change: bool = False
+    max_empty_steps: int = 3  # steps in a row that roll out nothing (no prompt kept) that stop the run
     run_dir: str = "outputs/run"  # set by Hydra to its output dir
     name: str | None = None  # run name; default: pods.naming.run_name (the stages, n, m and seed)
     experiment: str | None = None  # name of the experiment preset, if any
@@ -508,6 +513,7 @@ class TrainConfig:
         at_least("seed", self.seed, 0, " (numpy seeds are non-negative)")
         at_least("max_steps", self.max_steps, 1)
         positive("max_train_time", self.max_train_time, allow_zero=True, note=" (0 = no time limit)")
+        at_least("max_empty_steps", self.max_empty_steps, 1)
         for group in self.groups():
             group.check()
         # the registered names, the components' own settings and a backend's limits (FSDP support, a

@@ -36,6 +36,21 @@ def shown(value: Any) -> str:
     return _SHORT.repr(value)
 
 
+class IntegrityError(RuntimeError):
+    """The run stopped because going on would measure something other than what its config says: a non-finite
+    reward, loss, gradient or weight, or steps that rolled out nothing. The message names what, and at which
+    step (pods/guard.py); no checkpoint is written from that state."""
+
+
+class NonFiniteError(IntegrityError):
+    """A NaN or inf, raised where it first appears; a stage does not know the step: pods/guard.py adds it."""
+
+    def __init__(self, what: str, detail: str, step: int | None = None):
+        self.what, self.detail, self.step = what, detail, step
+        at = f" at step {step}" if step is not None else ""
+        super().__init__(f"non-finite {what}{at}: {detail}")
+
+
 def choice(key: str, value: Any, allowed) -> None:
     allowed = list(allowed)
     if value not in allowed:

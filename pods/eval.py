@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from pods.config import EvalConfig, SamplingConfig, TrainConfig, add_special_tokens
+from pods.guard import sampling as sampled
 from pods.reward.registry import grade
 
 
@@ -32,18 +33,19 @@ def evaluate(
     k = e.num_samples if e.temperature > 0 else 1  # greedy samples would all be identical
     prompts, answers = data.prompts, data.answers
     ids = dist.shard(list(range(len(prompts))))
-    out = backend.generate(
-        [prompts[i] for i in ids],
-        ids,
-        k,
-        e.temperature,
-        sampling.top_p,
-        sampling.top_k,
-        add_special_tokens=add_special_tokens,
-        batch_size=None if e.batch_size == "auto" else e.batch_size,  # auto: the backend's own (sized)
-    )
+    with sampled("eval completions"):  # NaN logits: one line
+        out = backend.generate(
+            [prompts[i] for i in ids],
+            ids,
+            k,
+            e.temperature,
+            sampling.top_p,
+            sampling.top_k,
+            add_special_tokens=add_special_tokens,
+            batch_size=None if e.batch_size == "auto" else e.batch_size,  # auto: the backend's own
+        )
     golds = [answers[i] for i in ids for _ in range(k)]
-    graded = grade(reward_fn, out.texts, ids, k, data)  # as in training
+    graded = grade(reward_fn, out.texts, ids, k, data, dist)  # as in training
     terms = sorted(graded.terms)
     local = torch.stack(
         [

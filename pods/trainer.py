@@ -30,6 +30,7 @@ from pods.config import TrainConfig, as_container
 from pods.data import PromptSampler, load_prompt_sets
 from pods.distributed import Dist
 from pods.eval import Evaluator
+from pods.guard import RunGuard
 from pods.models import (
     autocast,
     load_policy,
@@ -51,6 +52,7 @@ from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
 from pods.update import kept_advantages
+from pods.update.optim import check_schedule_kept
 from pods.update.stage import UpdateStage
 
 log = logging.getLogger("pods")
@@ -111,6 +113,7 @@ class Trainer:
         )
         self.update = UpdateStage.build(c, self.model, self.ref, self.device, self.dist)
         self.optimizer, self.scheduler = self.update.optimizer, self.update.scheduler  # what checkpoints hold
+        self.guard = RunGuard(self.model, self.dist, c.optim, c.max_empty_steps)  # non-finite, empty steps
         self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
         self.prefilter = build_prefilter(c.prefilter, c.seed)
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
@@ -183,8 +186,9 @@ class Trainer:
                     frozen = True
                 if self.eval_every.due(self.step, self.timer.train_clock):
                     self.evaluate()
-                if self.ckpt_every.due(self.step, self.timer.train_clock):
+                if self.ckpt_every.due(self.step, self.timer.train_clock) and self.guard.may_save():
                     self.save()
+            self.guard.at_end(self.step)  # not on steps that rolled out nothing
             for cb in self.callbacks:  # a callback written before this hook has none
                 if hasattr(cb, "on_loop_end"):
                     cb.on_loop_end(self)
@@ -205,18 +209,21 @@ class Trainer:
         """One step of the algorithm, a stage a line (each under its named timer)."""
         c, t = self.settings, self.timer
         t.start_step()
-        with autocast(self.dtype, self.device):  # rounds of: prefilter, rollout, reward, observe, refill
+        # rounds of: prefilter, rollout, reward, observe, refill
+        with autocast(self.dtype, self.device), self.guard.at(self.step + 1):
             batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
         kept = self.selector(batch)  # keep m of n per prompt
         self.advantages(kept, batch)
         with t.phase("update"), autocast(self.dtype, self.device):
             rec = self.update(kept)
+            self.guard.after_update(self.step, rec)  # a non-finite loss, gradient norm, weight: stop
         with t.phase("weight_sync"):
             self._sync_generation_weights()
         rec.update(self._step_metrics(batch, kept, rec))
         with t.phase("log"):
             self._log("train", rec)
+        self.guard.after_step(self.step, self.stages.rollout.rollouts)  # a step that rolled out nothing
         return rec
 
     def advantages(self, kept, batch) -> None:
@@ -244,7 +251,8 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict:
-        with self.timer.phase("eval"), autocast(self.dtype, self.device), self.dist.full_weights(self.model):
+        phase, weights = self.timer.phase("eval"), self.dist.full_weights(self.model)
+        with self.guard.at(self.step, "eval"), phase, autocast(self.dtype, self.device), weights:
             metrics, samples = self.evaluator()
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)
@@ -301,6 +309,7 @@ class Trainer:
         self.counters.update(state["counters"])
 
     def save(self) -> None:
+        self.guard.before_save(self.step)  # never a checkpoint of non-finite weights
         with self.timer.phase("checkpoint"):
             # the config it is saved under: a resume refuses another experiment (pods/history.py)
             meta = {"last_eval_step": self.last_eval_step, "config": as_container(self.settings)}
@@ -330,7 +339,9 @@ class Trainer:
         if saved is None:
             log.warning("checkpoint %s holds no config and there is no config.yaml: not compared", where)
             return {}
-        changed = history.check_same_experiment(current_config(saved), as_container(self.settings), where)
+        saved, now = current_config(saved), as_container(self.settings)
+        changed = history.check_same_experiment(saved, now, where)
+        changed.update(check_schedule_kept(saved, now, where))  # max_steps under cosine, say: refused
         for key, (old, new) in changed.items():
             log.info("resume: %s changed from %s to %s (history.jsonl)", key, old, new)
         return changed
@@ -341,6 +352,7 @@ class Trainer:
             log.info("resume=true: no checkpoint and no records in %s yet: starting the run", self.run_dir)
             return -1  # drop what a run killed before its first record left (a torn line)
         self.step = self.ckpt.restore(plan, self.model, self.optimizer, self.components(), {"rng": self.rng})
+        self.guard.after_restore(plan["path"])  # written by a pods that did not check: refused here
         self.last_eval_step = plan["last_eval_step"]
         log.info("training clock %.1fs at step %d", self.timer.train_clock, self.step)
         self._sync_generation_weights()  # a generation copy still holds the weights from before

@@ -14,14 +14,23 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pods.data.cache import (  # the cache of generated reasoning-gym rows; the names tests and train.py use
+    cache_settings,
+    read_task_cache,
+    rg_seed_size,
+    task_cache_path,
+    task_is_cached,  # noqa: F401 - pods.train imports it from here
+    write_task_cache,
+)
 from pods.hub import OfflineError, offline_message, prepare_hub_access
+
+_read_task_cache, _write_task_cache = read_task_cache, write_task_cache  # their earlier names
 
 log = logging.getLogger("pods")
 NOT_REFUSED = ("duplicate of a train question", "blank line")  # dropped and counted even with =error
@@ -84,110 +93,14 @@ def gold_answer(raw: Any, fmt: str) -> str | None:
     return text or None
 
 
-def _rg_seed_size(cfg, split: str) -> tuple[int, int]:
-    # Eval examples come from a different seed; exact duplicates of train questions are removed later.
-    seed = cfg.data_seed if split == "train" else cfg.data_seed + 1_000_003
-    return seed, (cfg.train_size if split == "train" else cfg.eval_size)
-
-
-def task_cache_path(cfg, split: str) -> Path | None:
-    """Where a procedural task's generated rows for `split` are kept: <cache>/reasoning_gym/<task>-<key>.json,
-    <cache> being $PODS_CACHE_DIR, else $XDG_CACHE_HOME/pods, else ~/.cache/pods. The key is the task, its
-    kwargs, size, seed and the installed reasoning-gym version, so the same settings read back the rows that
-    reasoning-gym would generate (it is seeded), without importing it (about a CPU-second per run). None: no
-    caching (PODS_CACHE_DIR=off, or reasoning-gym is not installed)."""
-    import hashlib
-    import importlib.metadata
-
-    root = os.environ.get("PODS_CACHE_DIR")
-    if root == "off":
-        return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pods")
-    try:
-        version = importlib.metadata.version("reasoning-gym")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    seed, size = _rg_seed_size(cfg, split)
-    kwargs = cfg.task_kwargs
-    if not isinstance(kwargs, dict):  # an OmegaConf node
-        from omegaconf import OmegaConf
-
-        kwargs = OmegaConf.to_container(kwargs, resolve=True)
-    key = json.dumps(
-        {
-            "task": cfg.task,
-            "kwargs": kwargs,
-            "size": size,
-            "seed": seed,
-            "reasoning_gym": version,
-            "layout": 1,
-        },
-        sort_keys=True,
-        default=repr,
-    )
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(cfg.task))[:64]
-    return Path(root) / "reasoning_gym" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
-
-
-def _tag(x):
-    """JSON has no tuples (reasoning-gym's metadata holds some, e.g. difficulty ranges): {"__tuple__": [...]}."""
-    if isinstance(x, tuple):
-        return {"__tuple__": [_tag(v) for v in x]}
-    if isinstance(x, list):
-        return [_tag(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _tag(v) for k, v in x.items()}
-    return x
-
-
-def _untag(d: dict):
-    return tuple(d["__tuple__"]) if len(d) == 1 and "__tuple__" in d else d
-
-
-def _read_task_cache(path: Path | None) -> list[tuple[str, dict]] | None:
-    if path is None or not path.is_file():
-        return None
-    try:
-        rows = json.loads(path.read_text(), object_hook=_untag)
-        return [(str(where), dict(row)) for where, row in rows]
-    except (OSError, ValueError, TypeError):
-        log.warning("task cache %s is unreadable; generating the task again", path)
-        return None
-
-
-def _write_task_cache(path: Path | None, rows: list[tuple[str, dict]]) -> None:
-    """Keep `rows` at `path` if they read back equal (tuples kept as tuples; a row holding a set, an object or a
-    non-string key would not read back equal: such a task is generated every run); atomic (a temporary file renamed), and silent where the folder is not
-    writable."""
-    if path is None:
-        return
-    try:
-        text = json.dumps([[w, _tag(r)] for w, r in rows])
-        if [(w, r) for w, r in json.loads(text, object_hook=_untag)] != rows:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
-        return
-
-
-def task_is_cached(cfg) -> bool:
-    """Both splits of a procedural task are in the cache: its settings were accepted by reasoning-gym before."""
-    paths = [task_cache_path(cfg, split) for split in ("train", "eval")]
-    return all(p is not None and p.is_file() for p in paths)
-
-
 def _rows_reasoning_gym(cfg, split: str) -> Iterable[dict]:
-    path = task_cache_path(cfg, split)
-    cached = _read_task_cache(path)
+    path, settings = task_cache_path(cfg, split), cache_settings(cfg, split)
+    seed, size = rg_seed_size(cfg, split)
+    cached = read_task_cache(path, settings, size)  # checked: its settings, row count and hash
     if cached is not None:
         return cached
     import reasoning_gym
 
-    seed, size = _rg_seed_size(cfg, split)
     try:
         ds = reasoning_gym.create_dataset(cfg.task, size=size, seed=seed, **dict(cfg.task_kwargs))
     except (KeyError, ValueError, TypeError) as e:
@@ -201,7 +114,7 @@ def _rows_reasoning_gym(cfg, split: str) -> Iterable[dict]:
         )
         for i, x in enumerate(ds)
     ]
-    _write_task_cache(path, rows)
+    write_task_cache(path, rows, settings or "")
     return rows
 
 

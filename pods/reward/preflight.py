@@ -89,7 +89,7 @@ def call_on_synthetic(reward: Reward, data) -> None:
     where = f"{len(completions)} synthetic completions of the train set's first rows"
     for name in reward.names():
         try:
-            vals = reward.term(name, completions, answers, context)
+            vals = reward.term(name, completions, answers, context, finite=False)  # checked below
         except PluginError as e:
             raise PluginError(f"{e} (called on {where})") from None
         except Exception as e:  # noqa: BLE001 - a plugin's reward may raise anything

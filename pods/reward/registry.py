@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from pods.batch import Rollouts
-from pods.errors import PluginError, shown
+from pods.errors import NonFiniteError, PluginError, shown
 from pods.registry import Registry
 from pods.reward.grading import Grader
 from pods.reward.numbers import parse_number
@@ -94,12 +95,23 @@ class Reward:
         context.update(columns(rows) if rows else {})
         return context
 
-    def term(self, name: str, completions: list[str], answers: list[str], context: dict) -> list[float]:
+    def term(
+        self, name: str, completions: list[str], answers: list[str], context: dict, finite: bool = True
+    ) -> list[float]:
         """Term `name`'s values, one float per completion (`context`: what `context()` gives)."""
         own = self.settings.get(name)
         fn = REWARDS[name]
         kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
-        return values(name, fn(completions, answers, **kw), len(completions))
+        vals = values(name, fn(completions, answers, **kw), len(completions))
+        bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None) if finite else None
+        if bad is not None:  # scored as 0 it would pass for a wrong answer: the run stops (pods/guard.py)
+            raise NonFiniteError(
+                "reward",
+                f"reward {name!r} returned {vals[bad]} for completion {bad} of {len(vals)} "
+                f"({sum(not math.isfinite(v) for v in vals)} non-finite); a reward function must return finite "
+                "numbers",
+            )
+        return vals
 
     def prepare(self, answers: list[str]) -> bool:
         """Start the math-verify workers now if some gold answer is not a plain number (they will be needed, and
@@ -174,19 +186,33 @@ def build_reward(reward) -> Reward:
 
 
 def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Replace NaN/inf rewards with 0 so nothing non-finite reaches advantages or the loss."""
+    """Replace NaN/inf rewards with 0 and count them (the reward stage stops the run on any: pods/guard.py)."""
     bad = ~torch.isfinite(r)
     return torch.where(bad, torch.zeros_like(r), r), int(bad.sum())
 
 
-def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data):
+def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data, dist=None):
     """The one place a reward's inputs are put together, for training and eval alike: `texts`, group_size
     completions of each of `prompt_ids` (group-major), graded against their gold answers, with their prompts
     and their dataset rows' fields (`data`: the prompt set, pods.data.PromptSet: its `prompts`, `answers` and
-    `fields`, by prompt id; fields may be None)."""
+    `fields`, by prompt id; fields may be None). A non-finite reward raises NonFiniteError, on every rank of
+    `dist` alike (the others would wait in the gather that follows)."""
     per = lambda xs: [xs[p] for p in prompt_ids for _ in range(group_size)]  # noqa: E731 - one per completion
     rows = per(data.fields) if data.fields is not None else None
-    return reward(texts, per(data.answers), prompts=per(data.prompts), rows=rows)
+    out, error = None, None
+    try:
+        out = reward(texts, per(data.answers), prompts=per(data.prompts), rows=rows)
+        over = int((~torch.isfinite(torch.tensor(out.total, dtype=torch.float32))).sum())
+        if over:  # each term is finite (Reward._term): their weighted sum overflows float32
+            weights = getattr(reward, "weights", None)
+            raise NonFiniteError(
+                "reward", f"{over} weighted reward sums overflow float32 (reward.weights={weights})"
+            )
+    except NonFiniteError as e:
+        error = e
+    if dist.sum(float(error is not None)) if dist is not None else error is not None:
+        raise error or NonFiniteError("reward", "a reward function returned one on another rank")
+    return out
 
 
 class RewardStage:
@@ -210,7 +236,8 @@ class RewardStage:
         """Grade `r` (this rank's groups): sets r.rewards and r.correct; returns the gathered (P_round, n)
         rewards and correctness of the whole round."""
         with self.timer.phase("reward"):
-            out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self)  # self: the train set's
+            # self: the train set's; a non-finite reward stops every rank here
+            out = grade(self.reward, r.texts, r.prompt_ids, r.group_size, self, self.dist)
             total, bad = sanitize_rewards(torch.tensor(out.total, dtype=torch.float32))
             r.rewards = total.view(r.num_groups, r.group_size)
             r.correct = torch.tensor(out.correct, dtype=torch.float32).view(r.num_groups, r.group_size)
@@ -238,7 +265,7 @@ class RewardStage:
             "reward/mean": rewards.mean().item() if rewards.numel() else float("nan"),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "reward/accuracy": correct.mean().item() if correct.numel() else float("nan"),
-            "reward/nonfinite": dist.sum(self.nonfinite),  # counted on each rank's shard
+            "reward/nonfinite": dist.sum(self.nonfinite),  # always 0: a non-finite reward stops the run
             "reward/timeouts": dist.sum(self.timeouts),
             "reward/errors": dist.sum(self.errors),
         }

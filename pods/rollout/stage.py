@@ -14,6 +14,7 @@ import torch
 
 from pods.batch import Rollouts
 from pods.config import SamplingConfig, TrainConfig, add_special_tokens
+from pods.guard import sampling
 
 
 @dataclass
@@ -40,7 +41,8 @@ class RolloutStage:
     def generate(self, prompt_ids: list[int]) -> Rollouts:
         """This rank's groups for `prompt_ids` (its shard of the round's prompts)."""
         s, dist = self.sampling, self.dist
-        with self.timer.phase("generation"), dist.full_weights(self.backend.reads_policy):
+        weights = dist.full_weights(self.backend.reads_policy)
+        with self.timer.phase("generation"), weights, sampling("rollouts"):  # NaN logits: one line
             r = self.backend.generate(
                 [self.prompts[p] for p in prompt_ids],
                 prompt_ids,

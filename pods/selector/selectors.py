@@ -43,7 +43,7 @@ def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> N
         bad = (~torch.isfinite(rewards)).nonzero()[0].tolist()
         raise ValueError(
             f"selector {name!r}: rewards hold NaN or inf (first at row {bad[0]}, column {bad[1]}); "
-            "replace them before selection (the trainer scores them as 0 and counts reward/nonfinite)"
+            "replace them before selection (in a run the reward stage stops on them: pods/guard.py)"
         )
 
 

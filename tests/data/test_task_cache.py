@@ -74,7 +74,7 @@ def test_a_damaged_entry_is_generated_again_and_replaced(cache, caplog):
     with caplog.at_level("WARNING", logger="pods"):
         assert load_examples(cfg, "train")[0] == want
     assert "is unreadable; generating the task again" in caplog.text
-    assert json.loads(path.read_text())[0][0] == "chain_sum item 0"  # written whole again
+    assert json.loads(path.read_text())["data"][0][0] == "chain_sum item 0"  # written whole again
 
 
 def test_rows_that_would_not_read_back_equal_are_not_cached(tmp_path):
