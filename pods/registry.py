@@ -92,6 +92,19 @@ def takes_keywords(fn: Callable, names) -> bool:
     return set(names) <= named
 
 
+def accepted(fn: Callable, kw: dict) -> dict:
+    """The keywords of `kw` that `fn` takes: all of them with a `**kw` parameter, else those it names (what
+    the loop hands a component by name: a reward's `prompts`, a selector's `lengths`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: pass everything
+        return kw
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return kw
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in kw.items() if k in named}
+
+
 def _origin(obj) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
 

@@ -61,7 +61,7 @@ def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
         ("rollout.vllm_sleep_mode=true", "write rollout.vllm.sleep_mode"),
         ("hardware.vllm_gpu_memory_utilization=0.5", "write rollout.vllm.gpu_memory_utilization"),
         ("selector.greso.max_rounds=4", "dynamic_sampling.max_rounds"),
-        ("algo.scale_adv_by_std=false", "advantage.scale_by_std"),
+        ("algo.scale_adv_by_std=false", "advantage.grpo.scale_by_std"),
         ("hardware.micro_batch_size=8", "write update.micro_batch_size"),
         ("hardware.update_sdpa=flash", "write update.sdpa"),
         ("rollout.temperature=1.0", "write sampling.temperature"),
