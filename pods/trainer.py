@@ -50,7 +50,7 @@ from pods.spelling import current_config
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
-from pods.update import advantages
+from pods.update import estimate_advantages
 from pods.update.stage import UpdateStage
 
 log = logging.getLogger("pods")
@@ -223,7 +223,7 @@ class Trainer:
             return
         a = self.settings.advantage
         with self.timer.phase("advantages"):
-            kept.advantages = advantages(a.name, kept.rewards, batch.rewards, a.own())
+            kept.advantages = estimate_advantages(a.name, kept.rewards, batch.rewards, a.own())
 
     def _step_metrics(self, batch, kept, update: dict) -> dict:
         s, st = self.settings.selector, self.stages

@@ -3,7 +3,7 @@ losses), the optimizer step."""
 
 from pods.update.advantages import (
     ADVANTAGES,
-    advantages,
+    estimate_advantages,
     group_advantages,
     kept_advantages,
     register_advantage,
@@ -14,7 +14,7 @@ __all__ = [
     "ADVANTAGES",
     "LOSSES",
     "PolicyLoss",
-    "advantages",
+    "estimate_advantages",
     "group_advantages",
     "kept_advantages",
     "policy_loss",

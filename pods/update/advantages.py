@@ -100,7 +100,7 @@ def rloo(rewards: torch.Tensor) -> torch.Tensor:
     return torch.where(flat, torch.zeros_like(adv), adv)
 
 
-def advantages(
+def estimate_advantages(
     name: str, kept_rewards: torch.Tensor, all_rewards: torch.Tensor, settings=None
 ) -> torch.Tensor:
     """The estimator `name` on (P, m) kept rewards, with (P, n) all rewards of the same groups and its own
@@ -121,4 +121,4 @@ def kept_advantages(
     estimators were registered)."""
     settings = GroupNormSettings(stats, scale_by_std)
     settings.check()
-    return advantages("grpo", kept_rewards, all_rewards, settings)
+    return estimate_advantages("grpo", kept_rewards, all_rewards, settings)

@@ -55,7 +55,9 @@ def groups(lengths: list[list[int]], correct: list[list[float]], rewards: list[l
 
 
 def select(name: str, batch: Rollouts, m: int = 2) -> Rollouts:
-    stage = SelectorStage(SelectorConfig(name=name, n=batch.group_size, m=m), torch.Generator(), None, PhaseTimer())
+    stage = SelectorStage(
+        SelectorConfig(name=name, n=batch.group_size, m=m), torch.Generator(), None, PhaseTimer()
+    )
     return stage(batch)
 
 
@@ -81,7 +83,8 @@ def test_only_the_named_context_is_computed_and_passed(plugins):
     select("test_everything", b, m=2)
     assert everything.seen == ["correct", "lengths", "prompt_ids", "tokens"]  # **kw: all of it
     ctx = selector_context(["tokens", "prompt_ids"], b)
-    assert ctx["tokens"].tolist() == [[4, 5], [3, 3]] and ctx["prompt_ids"] == [10, 11]  # 2 prompt tokens + own
+    assert ctx["tokens"].tolist() == [[4, 5], [3, 3]]  # 2 prompt tokens + each completion's own
+    assert ctx["prompt_ids"] == [10, 11]
 
 
 def test_context_selectors_pass_the_conformance_check():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pods.testing import check_advantage, check_loss
-from pods.update import ADVANTAGES, LOSSES, PolicyLoss, advantages, group_advantages, policy_loss
+from pods.update import ADVANTAGES, LOSSES, PolicyLoss, estimate_advantages, group_advantages, policy_loss
 from pods.update.advantages import GroupNormSettings, MeanBaselineSettings
 from pods.update.loss import DapoSettings, DrGrpoSettings
 
@@ -60,14 +60,14 @@ def test_the_grpo_entry_gives_the_old_advantages_bit_for_bit(stats, scale):
     g = torch.Generator().manual_seed(0)
     everything = (torch.rand(6, 8, generator=g) > 0.5).float() + 0.1
     kept = everything[:, :4]
-    got = advantages("grpo", kept, everything, GroupNormSettings(stats, scale))
+    got = estimate_advantages("grpo", kept, everything, GroupNormSettings(stats, scale))
     ref = everything if stats == "full" else None
     assert torch.equal(got, group_advantages(kept, scale, stats_from=ref).reshape(-1))
 
 
 def test_rloo_is_the_leave_one_out_baseline_by_hand():
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 2.0, 0.0], [0.1, 0.1, 0.1, 0.1]])
-    adv = advantages("rloo", r, r).view(3, 4)
+    adv = estimate_advantages("rloo", r, r).view(3, 4)
     # row 0: 1 - (0+0+1)/3 = 2/3 ; 0 - (1+0+1)/3 = -2/3
     assert adv[0].tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
     # row 1: 3 - 3/3 = 2 ; 1 - 5/3 = -2/3 ; 2 - 4/3 = 2/3 ; 0 - 6/3 = -2
@@ -77,8 +77,8 @@ def test_rloo_is_the_leave_one_out_baseline_by_hand():
 
 def test_dr_grpo_advantage_is_the_mean_baseline_without_std():
     kept, everything = torch.tensor([[2.0, 0.0, 1.0]]), torch.tensor([[2.0, 0.0, 1.0, 5.0]])
-    assert advantages("dr_grpo", kept, everything).tolist() == [1.0, -1.0, 0.0]  # mean 1
-    full = advantages("dr_grpo", kept, everything, MeanBaselineSettings("full"))  # mean 2
+    assert estimate_advantages("dr_grpo", kept, everything).tolist() == [1.0, -1.0, 0.0]  # mean 1
+    full = estimate_advantages("dr_grpo", kept, everything, MeanBaselineSettings("full"))  # mean 2
     assert full.tolist() == [0.0, -2.0, -1.0]
 
 
