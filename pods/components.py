@@ -134,6 +134,13 @@ def check_traits(c: TrainConfig) -> None:
         )
     if not SELECTORS.trait(s.name, "keeps_all") and s.m < 2:
         raise ConfigError(f"selector.m={s.m} must be >= 2 with selector.name={s.name}")
+    if not SELECTORS.trait(s.name, "keeps_all") and s.m == s.n:
+        logging.getLogger("pods").warning(
+            "selector.m = selector.n = %d: down-sampler %r keeps every rollout, so nothing is down-sampled "
+            "(set selector.m < selector.n, or selector=none for plain GRPO)",
+            s.n,
+            s.name,
+        )
 
 
 def conform(c: TrainConfig) -> None:
