@@ -1,6 +1,6 @@
 """The one place where the config's component names meet the registries, before the model loads.
 
-pods.config checks fields and stays below every stage; this module loads the four registries (with any
+pods.config checks fields and stays below every stage; this module loads the registries (with any
 `plugins:` already imported), and for each group
 
     selector.name    prefilter.name    reward.weights.<name>    rollout.name    advantage.name    loss.name
@@ -12,8 +12,8 @@ component of the group (a typo) and one of a component that is not chosen (a set
 nothing: `rollout.name=hf rollout.vllm.sleep_mode=true`), applies the
 entries' traits (a selector that `keeps_all` needs m = n), checks that the reward's correctness term
 (`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards,
-prefilter, advantage estimator and loss and the backend's own checks (FSDP support, generate()'s signature): a component that breaks
-its contract is one line here, before the model loads, not a traceback at step 1.
+prefilter, advantage estimator and loss, and the backend's own checks (FSDP support, generate()'s signature):
+a component that breaks its contract is one line here, before the model loads, not a traceback at step 1.
 `checked(cfg)` is validate + resolve.
 """
 
