@@ -200,8 +200,7 @@ def test_hub_model_presets_differ_only_in_name_and_path(make_cfg):
 
 @pytest.mark.parametrize(
     "overrides,n_m",
-    [([], (4, 2)), (["selector=random"], (4, 2)), (["selector=none"], (4, 4)), (["arm=none-n16-m16"], (4, 4)),
-     (["arm=max_variance-n64-m16"], (4, 2)), (["selector=none", "selector.n=6"], (6, 6))],
+    [([], (4, 2)), (["selector=none"], (4, 4)), (["arm=none-n16-m16"], (4, 4)), (["selector=none", "selector.n=6"], (6, 6))],
 )  # fmt: skip
 def test_debug_smoke_keeps_the_selectors_down_sampling(make_cfg, overrides, n_m):
     """debug=smoke shrinks n, and a down-sampler still keeps fewer than it draws; one that keeps all (GRPO)
