@@ -1,9 +1,9 @@
 """The one place where the config's component names meet the registries, before the model loads.
 
-pods.config checks fields and stays below every stage; this module loads the four registries (with any
+pods.config checks fields and stays below every stage; this module loads the registries (with any
 `plugins:` already imported), and for each group
 
-    selector.name    prefilter.name    reward.weights.<name>    rollout.name
+    selector.name    prefilter.name    reward.weights.<name>    rollout.name    advantage.name    loss.name
 
 checks that each name is registered (a failure lists the registered names and says `plugins=`), types and
 checks the own settings of each chosen component and of each section the config holds (its registry entry's
@@ -11,15 +11,16 @@ dataclass, from the section named after it: `prefilter.greso.p_init`), refuses a
 component of the group (a typo) and one of a component that is not chosen (a setting that would do
 nothing: `rollout.name=hf rollout.vllm.sleep_mode=true`), applies the
 entries' traits (a selector that `keeps_all` needs m = n), checks that the reward's correctness term
-(`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards
-and prefilter and the backend's own checks (FSDP support, generate()'s signature): a component that breaks
-its contract is one line here, before the model loads, not a traceback at step 1.
+(`reward.correctness`) is registered, and runs the cheap half of pods.testing on the chosen selector, rewards,
+prefilter, advantage estimator and loss, and the backend's own checks (FSDP support, generate()'s signature):
+a component that breaks its contract is one line here, before the model loads, not a traceback at step 1.
 `checked(cfg)` is validate + resolve.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from functools import partial
 from typing import Any
 
@@ -28,13 +29,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pods.config import OPEN_GROUPS, ConfigError, TrainConfig, validate
 from pods.registry import Registry
-from pods.spelling import retired_key
+from pods.spelling import current_config, retired_key
 
 KEYS = {
     "selector": "selector.name",
     "prefilter": "prefilter.name",
     "reward": "reward.weights",
     "rollout": "rollout.name",
+    "advantage": "advantage.name",
+    "loss": "loss.name",
 }
 
 
@@ -44,8 +47,10 @@ def registries() -> dict[str, Registry]:
     from pods.reward import REWARDS
     from pods.rollout import BACKENDS
     from pods.selector import SELECTORS
+    from pods.update import ADVANTAGES, LOSSES
 
-    return {"selector": SELECTORS, "prefilter": PREFILTERS, "reward": REWARDS, "rollout": BACKENDS}
+    return {"selector": SELECTORS, "prefilter": PREFILTERS, "reward": REWARDS, "rollout": BACKENDS,
+            "advantage": ADVANTAGES, "loss": LOSSES}  # fmt: skip
 
 
 def chosen(c: TrainConfig, group: str) -> list[str]:
@@ -136,6 +141,13 @@ def check_traits(c: TrainConfig) -> None:
         )
     if not SELECTORS.trait(s.name, "keeps_all") and s.m < 2:
         raise ConfigError(f"selector.m={s.m} must be >= 2 with selector.name={s.name}")
+    if not SELECTORS.trait(s.name, "keeps_all") and s.m == s.n:
+        logging.getLogger("pods").warning(
+            "selector.m = selector.n = %d: down-sampler %r keeps every rollout, so nothing is down-sampled "
+            "(set selector.m < selector.n, or selector=none for plain GRPO)",
+            s.n,
+            s.name,
+        )
 
 
 def conform(c: TrainConfig) -> None:
@@ -145,14 +157,17 @@ def conform(c: TrainConfig) -> None:
     from pods.prefilter import PREFILTERS
     from pods.reward import REWARDS
     from pods.selector import SELECTORS
+    from pods.update import ADVANTAGES, LOSSES
 
-    s, p = c.selector, c.prefilter
+    s, p, a, loss = c.selector, c.prefilter, c.advantage, c.loss
     checks = {
         f"selector.name={s.name!r}": partial(
             testing.check_selector, SELECTORS[s.name], 2, s.n, s.m, settings=s.own()
         ),
         f"prefilter.name={p.name!r}": partial(testing.check_prefilter, PREFILTERS[p.name], p.own(), c.seed),
         **{f"reward {n!r}": partial(testing.check_reward_signature, REWARDS[n]) for n in chosen(c, "reward")},
+        f"advantage.name={a.name!r}": partial(testing.check_advantage, ADVANTAGES[a.name], settings=a.own()),
+        f"loss.name={loss.name!r}": partial(testing.check_loss, LOSSES[loss.name], settings=loss.own()),
     }
     for key, check in checks.items():
         try:
@@ -166,7 +181,11 @@ def conform(c: TrainConfig) -> None:
 
 
 def checked(cfg: Any) -> TrainConfig:
-    """The composed config typed and fully checked: fields (pods.config.validate), then components."""
+    """The composed config typed and fully checked: old spellings that still run read as today's keys
+    (pods.spelling.current_config: `advantage.stats`, `algo.loss_agg`), fields (pods.config.validate), then
+    components."""
+    if not isinstance(cfg, TrainConfig):
+        cfg = current_config(OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)
     return resolve(validate(cfg))
 
 

@@ -11,7 +11,7 @@ settings, pods.components.resolve) makes a new TrainConfig with dataclasses.repl
 Each default is stated once, here, beside its comment; the YAML options set only what differs.
 The training loop's stages, in order, and their groups:
     prefilter (before rollout) -> rollout -> reward -> dynamic_sampling (refill) -> selector (m of n)
-    -> advantage -> update (algo, optim, update: its layout) -> eval; sampling is read by rollout and eval
+    -> advantage -> update (loss, algo, optim, update: its layout) -> eval; sampling is read by rollout and eval
 """
 
 from __future__ import annotations
@@ -234,13 +234,34 @@ class SelectorConfig:
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How a group's rewards become advantages (pods/update/advantages.py)."""
+    """The advantage estimator (conf/advantage/, pods/update/advantages.py); its knobs sit in its section
+    (`advantage.grpo.stats`). `advantage.stats` and `advantage.scale_by_std` are read as advantage.grpo's."""
 
-    stats: str = "kept"  # mean/std over the kept m (the PODS paper) | full (all n generated, an ablation)
-    scale_by_std: bool = True  # divide by the group std (Dr. GRPO turns this off)
+    name: str = "grpo"  # grpo | dr_grpo | rloo: a name in pods.update.ADVANTAGES (checked in pods.components)
+    sections: dict[str, Any] = field(default_factory=dict)  # estimator name -> its own settings
+
+    def own(self) -> Any:
+        """The chosen estimator's settings (its registry entry's dataclass), or None."""
+        return self.sections.get(self.name)
 
     def check(self) -> None:
-        choice("advantage.stats", self.stats, ["kept", "full"])
+        pass
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The policy-gradient loss (conf/loss/, pods/update/loss.py); its knobs sit in its section
+    (`loss.dapo.clip_high`). `algo.loss_agg` is read as loss.name."""
+
+    name: str = "token"  # token | sequence | dapo | dr_grpo: a name in pods.update.LOSSES (pods.components)
+    sections: dict[str, Any] = field(default_factory=dict)  # loss name -> its own settings
+
+    def own(self) -> Any:
+        """The chosen loss's settings (its registry entry's dataclass), or None."""
+        return self.sections.get(self.name)
+
+    def check(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -396,7 +417,7 @@ class AlgoConfig:
     epsilon_high: float | None = None  # upper clip range (None = epsilon)
     beta: float = 0.0  # KL weight to the reference policy (paper: 0)
     mu: int = 1  # policy-gradient iterations per batch of rollouts
-    loss_agg: str = "token"  # token (mean over all kept tokens) | sequence (mean of per-sequence means)
+    loss_agg: str | None = None  # the old spelling of loss.name (token | sequence), read as it
 
     def check(self) -> None:
         at_least("algo.prompts_per_step", self.prompts_per_step, 1)
@@ -407,7 +428,6 @@ class AlgoConfig:
             positive("algo.epsilon_high", self.epsilon_high, note=" (upper clip range; null = algo.epsilon)")
         positive("algo.beta", self.beta, allow_zero=True)
         at_least("algo.mu", self.mu, 1)
-        choice("algo.loss_agg", self.loss_agg, ["token", "sequence"])
 
 
 @dataclass(frozen=True)
@@ -480,6 +500,7 @@ class TrainConfig:
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -524,7 +545,7 @@ class TrainConfig:
 # Groups whose components may bring settings of their own, each in a section named after the component
 # (`prefilter.greso.p_init`, `rollout.vllm.sleep_mode`): keys beyond the group's fields pass composition and
 # are typed and checked, with the registries loaded, by pods.components.resolve.
-OPEN_GROUPS = ("selector", "prefilter", "reward", "rollout")
+OPEN_GROUPS = ("selector", "prefilter", "reward", "rollout", "advantage", "loss")
 
 
 def schema() -> Any:

@@ -44,6 +44,15 @@ def sweep_stamp(launcher: str) -> str:
     return "" if launcher.endswith("SlurmLauncher") else datetime.now().strftime("%Y-%m-%d_%H-%M-%S_")
 
 
+def kept(selector: str, n: int, m: int) -> int:
+    """m, or n for a selector that keeps every rollout (its registry trait `keeps_all`): `${pods.kept:...}`
+    lets one preset (debug=smoke) down-sample with any down-sampler and still run selector=none. A name not
+    registered yet (a plugin's: plugins load after Hydra composes) counts as a down-sampler."""
+    from pods.selector import SELECTORS
+
+    return int(n) if SELECTORS.trait(str(selector), "keeps_all") else int(m)
+
+
 def _as_bool(x) -> bool:
     return x if isinstance(x, bool) else str(x).lower() == "true"
 
@@ -57,5 +66,6 @@ def register_resolver() -> None:
         ),
         replace=True,
     )
+    OmegaConf.register_new_resolver("pods.kept", kept, replace=True)  # `${pods.kept:<selector>,<n>,<m>}`
     # `${pods.sweep_stamp:${hydra.launcher._target_}}`; cached like Hydra's `now`: one stamp per sweep
     OmegaConf.register_new_resolver("pods.sweep_stamp", sweep_stamp, use_cache=True, replace=True)

@@ -1,7 +1,8 @@
 """Name -> component registries, so configs pick components by name and a lookup error lists the choices.
 
 Each stage package keeps one (selectors, prefilters, rewards, rollout backends) and imports all of its
-modules on import (`import_submodules`), so a new file in the package registers itself. Code outside the
+modules on import (`import_submodules`), so a new file in the package registers itself; pods.update keeps the
+advantage estimators' and the losses' in the modules that define pods' own. Code outside the
 package is named in the config's `plugins:` list and imported before the config is checked
 (`load_plugins`). An entry may bring its own settings, a dataclass: `register("greso", settings=GresoConfig)`;
 the config then holds them under the group, in a section named after the entry (`prefilter.greso.p_init`),
@@ -12,12 +13,15 @@ of pods must know about an entry is a trait declared with it, never a test of it
 One rule for how an entry gets its settings: its own knobs as keyword arguments (the fields of its dataclass,
 `prefilter.greso.p_init` -> `p_init=`), beside what the loop hands it, by name:
 
-    selector   fn(rewards, m, generator=..., **knobs)
+    selector   fn(rewards, m, generator, lengths=..., tokens=..., correct=..., prompt_ids=..., **knobs)
     reward     fn(completions, answers, prompts=..., grader=..., <row fields>=..., **knobs)
     prefilter  cls(seed=..., **knobs)
     backend    cls.from_config(settings, model=..., tokenizer=..., device=..., timer=..., **knobs)
+    advantage  fn(rewards, all_rewards=..., **knobs)
+    loss       fn(logp, old_logp, adv, mask, epsilon=..., ref_logp=..., beta=..., num_tokens=..., ..., **knobs)
 
-(`settings`, a backend's context, is what generation depends on: the rollout, model and hardware groups; its
+(a selector, reward, advantage or loss gets the context it names, all of it with **kw: `accepted`;
+`settings`, a backend's context, is what generation depends on: the rollout, model and hardware groups; its
 class-level hooks, run on the config before anything is built, read the same knobs as `settings.rollout.own()`.)
 """
 
@@ -90,6 +94,19 @@ def takes_keywords(fn: Callable, names) -> bool:
         return True
     named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return set(names) <= named
+
+
+def accepted(fn: Callable, kw: dict) -> dict:
+    """The keywords of `kw` that `fn` takes: all of them with a `**kw` parameter, else those it names (what
+    the loop hands a component by name: a reward's `prompts`, a selector's `lengths`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: pass everything
+        return kw
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return kw
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in kw.items() if k in named}
 
 
 def _origin(obj) -> str:

@@ -8,6 +8,8 @@ stage are not refused but read under today's names (RETIRED_METRICS): committed 
 
 from __future__ import annotations
 
+from pods.errors import ConfigError, choice
+
 GRESO_KNOBS = ("p_init", "p_step", "p_min", "p_max", "min_keep", "target_zero_var", "easy_share")
 UPDATE_LAYOUT = ("gradient_checkpointing", "micro_batch_size", "micro_batch_tokens", "width_bucket", "row_bucket",
                  "fused_logprobs")  # fmt: skip
@@ -19,8 +21,8 @@ RETIRED_KEYS = {
     "selector.downsample": "selector.name (or selector=NAME)",
     "selector.prefilter": "prefilter.name (or prefilter=NAME)",
     "selector.dynamic_sampling": "dynamic_sampling.enabled",
-    "selector.adv_stats": "advantage.stats",
-    "algo.scale_adv_by_std": "advantage.scale_by_std",
+    "selector.adv_stats": "advantage.grpo.stats",
+    "algo.scale_adv_by_std": "advantage.grpo.scale_by_std",
     "selector.greso.oversample": "dynamic_sampling.oversample",
     "selector.greso.max_rounds": "dynamic_sampling.max_rounds",
     "selector.greso.": "prefilter.greso.<knob> (p_init, p_step, p_min, p_max, min_keep, target_zero_var, easy_share)",
@@ -78,18 +80,57 @@ def retired_hint(args: list[str]) -> str | None:
 
 
 def current_config(saved: dict) -> dict:
-    """A config saved by an older pods (a checkpoint's, a run's config.yaml) in today's keys, so that a run
-    saved before a rename resumes: `rollout.backend` is `rollout.name` (issue 41). A copy; the saved file
-    is not rewritten.
+    """A config in an older layout (a checkpoint's, a run's config.yaml, or a command or YAML that still spells
+    it so) in today's keys, so that it runs and a run saved before a rename resumes: `rollout.backend` is
+    `rollout.name` (issue 41); the estimator's knobs `advantage.stats` and `advantage.scale_by_std` are
+    `advantage.grpo.*` and `algo.loss_agg` is `loss.name` (issue 54: advantages and losses by name). A copy;
+    the saved file is not rewritten.
 
     >>> current_config({"rollout": {"backend": "hf", "batch_size": 256}, "seed": 0})
     {'rollout': {'name': 'hf', 'batch_size': 256}, 'seed': 0}
+    >>> current_config({"advantage": {"stats": "full"}, "algo": {"loss_agg": "sequence", "mu": 1}})
+    {'advantage': {'grpo': {'stats': 'full'}}, 'algo': {'mu': 1}, 'loss': {'name': 'sequence'}}
     """
+    out = saved
     rollout = saved.get("rollout")
-    if not isinstance(rollout, dict) or "backend" not in rollout or "name" in rollout:
-        return saved
-    renamed = {("name" if k == "backend" else k): v for k, v in rollout.items()}
-    return {**saved, "rollout": renamed}
+    if isinstance(rollout, dict) and "backend" in rollout and "name" not in rollout:
+        out = {**out, "rollout": {("name" if k == "backend" else k): v for k, v in rollout.items()}}
+    advantage = saved.get("advantage")
+    if isinstance(advantage, dict) and {"stats", "scale_by_std"} & set(advantage):
+        out = {
+            **out,
+            "advantage": _knobs_to_section(advantage, "advantage", "grpo", ("stats", "scale_by_std")),
+        }
+    algo = saved.get("algo")
+    if isinstance(algo, dict) and algo.get("loss_agg") is not None:
+        out = {**out, **_loss_agg_to_name(algo, saved.get("loss"))}
+    return out
+
+
+def _knobs_to_section(node: dict, group: str, entry: str, keys: tuple) -> dict:
+    """`node` with its `keys` moved into the section of `entry` (they are its knobs); one line when the
+    section sets one of them to another value."""
+    own = {k: v for k, v in node.items() if k not in keys}
+    section = dict(own.get(entry) or {})
+    for k in keys:
+        if k in node and section.setdefault(k, node[k]) != node[k]:
+            raise ConfigError(
+                f"{group}.{k}={node[k]!r} and {group}.{entry}.{k}={section[k]!r}: the first is the old spelling "
+                "of the second; set one"
+            )
+    return {**own, entry: section}
+
+
+def _loss_agg_to_name(algo: dict, loss: dict | None) -> dict:
+    """`algo.loss_agg` (token | sequence, the aggregations it named) as `loss.name`."""
+    agg = algo["loss_agg"]
+    choice("algo.loss_agg", agg, ["token", "sequence"])  # the old key's values; other losses: loss.name
+    loss = dict(loss or {})
+    if loss.get("name", "token") not in ("token", agg):
+        raise ConfigError(
+            f"algo.loss_agg={agg} is the old spelling of loss.name, which says {loss['name']!r}; set one"
+        )
+    return {"algo": {k: v for k, v in algo.items() if k != "loss_agg"}, "loss": {**loss, "name": agg}}
 
 
 # metric names that one word per stage retired (issue 30, item 5): the prefilter's `filter/*` metrics and the

@@ -13,9 +13,12 @@ Each check exercises the contract the loop relies on and raises AssertionError s
                               state pickles (a checkpoint holds it) and a round trip decides alike
     check_backend(cls, ...)   the Generator signature, then a Rollouts of the right layout, greedy and
                               seeded sampling reproducible, batch_size honoured, sync_weights callable
+    check_advantage(fn)       (P, m) finite floats for (P, m) kept rewards, input untouched, deterministic
+    check_loss(fn)            a finite scalar with a gradient; micro-batch losses sum to the batch's; padding
+                              and (unless declared) zero-advantage rows get no gradient
 
 pods' own components pass them (tests/test_testing.py). Preflight runs the cheap ones (check_selector,
-check_prefilter, check_reward_signature: no model, no grading) on the chosen components before the model
+check_prefilter, check_reward_signature, check_advantage, check_loss: no model, no grading) on the chosen components before the model
 loads (pods/components.py), so a component that breaks its contract stops the run in one line.
 """
 
@@ -64,11 +67,13 @@ def _takes(fn: Callable, position: int, name: str, what: str) -> None:
 def check_selector(
     selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0, settings=None
 ) -> None:
-    """`selector(rewards (P, n), m, generator) -> (P, m)`: on continuous, binary, tied and constant rewards,
-    the indices are a long tensor of shape (P, m), in [0, n), distinct in each row; the rewards are not
-    modified; two calls with generators of the same seed agree. Pass m=n for a keep-all selector, and
-    `settings` (its registry entry's dataclass) for a selector with knobs."""
+    """`selector(rewards (P, n), m, generator, **context) -> (P, m)`: on continuous, binary, tied and constant
+    rewards (with the context it names: completion lengths, correctness, ...), the indices are a long tensor
+    of shape (P, m), in [0, n), distinct in each row; the rewards are not modified; two calls with generators
+    of the same seed agree. Pass m=n for a keep-all selector, and `settings` (its registry entry's dataclass)
+    for a selector with knobs."""
     from pods.selector import SELECTORS
+    from pods.selector.selectors import wanted
 
     fn = _fn(SELECTORS, selector)
     settings = settings if settings is not None else _default_settings(SELECTORS, selector)
@@ -80,9 +85,17 @@ def check_selector(
         "constant": torch.full((P, n), 0.5),
         "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
     }
+    lengths = torch.randint(1, 50, (P, n), generator=g)
+    context = {
+        "lengths": lengths,
+        "tokens": lengths + 7,
+        "correct": (torch.rand(P, n, generator=g) > 0.5).float(),
+        "prompt_ids": list(range(P)),
+    }
+    context = {k: context[k] for k in wanted(fn)}
     for case, rewards in cases.items():
         before = rewards.clone()
-        kw = dataclasses.asdict(settings) if settings is not None else {}
+        kw = {**context, **(dataclasses.asdict(settings) if settings is not None else {})}
         outs = [fn(rewards, m, torch.Generator().manual_seed(seed), **kw) for _ in range(2)]
         keep = outs[0]
         where = f"selector on {case} rewards"
@@ -240,3 +253,85 @@ def check_backend(backend: str | type, settings, model, tokenizer, device="cpu",
     assert run(0.0, batch_size=2).texts == r.texts, "backend: batch_size=2 changes greedy completions"
     assert run(1.0).texts == run(1.0).texts, "backend: sampling under the same torch seed differs"
     gen.sync_weights(model)
+
+
+def check_advantage(
+    advantage: str | Callable, P: int = 5, n: int = 8, m: int = 4, seed: int = 0, settings=None
+):
+    """`advantage(rewards (P, m), all_rewards=(P, n), **knobs) -> (P, m)`: on continuous, binary, constant
+    and offset rewards, a floating tensor of the kept rewards' shape, finite, the rewards untouched, the same
+    on a second call. `settings`: its registry entry's dataclass (default: at its defaults)."""
+    from pods.registry import accepted, knobs
+    from pods.update import ADVANTAGES
+
+    fn = _fn(ADVANTAGES, advantage)
+    settings = settings if settings is not None else _default_settings(ADVANTAGES, advantage)
+    _takes(fn, 0, "rewards", "advantage")
+    g = torch.Generator().manual_seed(seed)
+    cases = {
+        "continuous": torch.rand(P, n, generator=g),
+        "binary": (torch.rand(P, n, generator=g) > 0.5).float(),
+        "constant": torch.full((P, n), 0.5),
+        "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
+    }
+    for case, all_rewards in cases.items():
+        kept = all_rewards[:, :m].clone()
+        before = (kept.clone(), all_rewards.clone())
+        kw = {**accepted(fn, {"all_rewards": all_rewards}), **knobs(settings)}
+        out = [fn(kept, **kw) for _ in range(2)]
+        where = f"advantage on {case} rewards"
+        assert isinstance(out[0], torch.Tensor), f"{where}: returned {type(out[0]).__name__}, not a tensor"
+        assert tuple(out[0].shape) == (P, m), f"{where}: shape {tuple(out[0].shape)}, expected {(P, m)}"
+        assert out[0].is_floating_point(), f"{where}: dtype {out[0].dtype}; advantages are floats"
+        assert bool(torch.isfinite(out[0]).all()), f"{where}: a NaN or inf advantage"
+        assert torch.equal(kept, before[0]) and torch.equal(all_rewards, before[1]), (
+            f"{where}: rewards modified"
+        )
+        assert torch.equal(out[0], out[1]), f"{where}: two calls disagree"
+
+
+def check_loss(loss: str | Callable, B: int = 4, T: int = 6, seed: int = 0, settings=None) -> None:
+    """`loss(logp, old_logp, adv, mask, **context) -> (loss, stats)` as the update calls it (pods/update/loss.py):
+    a finite scalar with a finite gradient and a dict of stats; the losses of two micro-batches, given the whole
+    batch's totals, sum to the batch's loss; padding tokens get no gradient, nor (with beta = 0) rows whose
+    advantage is 0 unless the entry declares `grad_at_zero_advantage`."""
+    from pods.registry import accepted, knobs
+    from pods.update import LOSSES
+
+    fn = _fn(LOSSES, loss)
+    settings = settings if settings is not None else _default_settings(LOSSES, loss)
+    _takes(fn, 3, "mask", "loss")
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(B, T, generator=g, dtype=torch.float64)).requires_grad_(True)
+    old = logp.detach() + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    adv[0] = 0.0  # a row of a zero-variance group
+    mask = (torch.arange(T)[None] < torch.tensor([T, T - 2, 1, T - 3])[:B, None]).long()  # ragged rows
+    totals = {"num_tokens": float(mask.sum()), "num_seqs": float(B)}
+    context = dict(epsilon=0.2, epsilon_high=None, ref_logp=None, beta=0.0, max_completion_len=T, **totals)
+
+    def call(rows):
+        return fn(
+            logp[rows], old[rows], adv[rows], mask[rows], **accepted(fn, {**context, **knobs(settings)})
+        )
+
+    out = call(slice(None))
+    assert isinstance(out, tuple) and len(out) == 2, "loss: must return (loss, stats)"
+    value, stats = out
+    assert isinstance(value, torch.Tensor) and value.dim() == 0, "loss: the loss must be a scalar tensor"
+    assert isinstance(stats, dict), f"loss: stats must be a dict, got {type(stats).__name__}"
+    assert bool(torch.isfinite(value)), f"loss: not finite ({value.item()})"
+    (grad,) = torch.autograd.grad(value, logp)
+    assert bool(torch.isfinite(grad).all()), "loss: a NaN or inf gradient"
+    assert bool((grad[mask == 0] == 0).all()), "loss: a padding token (mask 0) has a gradient"
+    name = next((k for k, v in LOSSES.items() if v is fn), None)
+    if not LOSSES.trait(name, "grad_at_zero_advantage"):
+        assert bool((grad[0] == 0).all()), (
+            "loss: a row whose advantage is 0 has a gradient; the update skips such rows: declare "
+            "register_loss(..., grad_at_zero_advantage=True)"
+        )
+    parts = call(slice(0, B // 2))[0] + call(slice(B // 2, B))[0]
+    assert torch.allclose(parts, value, rtol=1e-9, atol=1e-12), (
+        f"loss: micro-batch losses sum to {parts.item():.6g}, the batch's is {value.item():.6g}; scale by "
+        "the batch totals (num_tokens, num_seqs)"
+    )

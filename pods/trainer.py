@@ -51,7 +51,7 @@ from pods.spelling import current_config
 from pods.threads import set_threads
 from pods.timing import Every, PhaseTimer
 from pods.tracking import MetricsLogger, Progress, write_run_info
-from pods.update import kept_advantages
+from pods.update import estimate_advantages
 from pods.update.optim import check_schedule_kept
 from pods.update.stage import UpdateStage
 
@@ -227,12 +227,12 @@ class Trainer:
         return rec
 
     def advantages(self, kept, batch) -> None:
-        """Advantages of the kept rollouts, from the kept m's or all n's statistics (section advantage)."""
+        """Advantages of the kept rollouts, by the estimator `advantage.name` (given all n rewards too)."""
         if kept is None:
             return
         a = self.settings.advantage
         with self.timer.phase("advantages"):
-            kept.advantages = kept_advantages(kept.rewards, batch.rewards, a.stats, a.scale_by_std)
+            kept.advantages = estimate_advantages(a.name, kept.rewards, batch.rewards, a.own())
 
     def _step_metrics(self, batch, kept, update: dict) -> dict:
         s, st = self.settings.selector, self.stages

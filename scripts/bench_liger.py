@@ -3,7 +3,7 @@ Liger-Kernel's `LigerFusedLinearGRPOLoss` (issue 18, target 4).
 
 Random final hidden states (B, L, H), a (V, H) head, random targets, advantages and a completion mask in
 which most rows stopped early. Both sides compute the same loss: clipped GRPO averaged over all completion
-tokens (pods `loss_agg=token` == Liger `loss_type="dapo"`), epsilon 0.2, beta 0, on policy (old log-probs =
+tokens (pods `loss=token` == Liger `loss_type="dapo"`), epsilon 0.2, beta 0, on policy (old log-probs =
 the detached current ones: ratio 1), temperature 1. For each variant: forward + backward, median of
 --repeats after --warmup calls, the peak memory above its start (CUDA allocator; RSS on a CPU, rough), and
 the loss and gradients against a float32 reference (the plain (B, L, V) logits and log_softmax).

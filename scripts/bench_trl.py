@@ -3,7 +3,7 @@
 Both get the same random Qwen2 and character tokenizer (built by bench/harness.py, no hub), the same prompts,
 1 prompt x n generations per optimizer step, the same completion length, micro-batch, gradient
 checkpointing, lr / betas / weight decay / grad clip / temperature / clip epsilon (read from pods' composed
-config), beta = 0, token-level loss (TRL loss_type="dapo" = pods algo.loss_agg=token), the same hash reward,
+config), beta = 0, token-level loss (TRL loss_type="dapo" = pods loss=token), the same hash reward,
 LoRA or not, bf16 on a GPU, transformers generate() (no vLLM). TRL's step is timed from on_step_begin to
 on_step_end of a TrainerCallback, pods' around Trainer.train_step; wall and process-CPU seconds (on a
 loaded CPU the CPU seconds are the steadier number). The first step of each run is warm-up and dropped;
@@ -89,7 +89,7 @@ def trl_config(cfg, args, out_dir: Path):
         epsilon=cfg.algo.epsilon,
         beta=0.0,
         num_iterations=1,
-        loss_type="dapo",  # token-level mean over the step's tokens, as pods' algo.loss_agg=token
+        loss_type="dapo",  # token-level mean over the step's tokens, as pods' loss=token
         scale_rewards="group",
         gradient_checkpointing=cfg["update"].gradient_checkpointing,
         bf16=args.device == "cuda",

@@ -216,3 +216,59 @@ def test_the_correctness_term_is_a_configured_role(make_cfg):
             r.close()
     finally:
         del REWARDS["test_passes"]
+
+
+def test_a_down_sampler_given_m_equal_n_says_so_in_one_warning(make_cfg, caplog):
+    with caplog.at_level("WARNING", logger="pods"):
+        checked(make_cfg("selector.m=64"))  # max_variance, n = 64
+    lines = [r.getMessage() for r in caplog.records if "nothing is down-sampled" in r.getMessage()]
+    assert len(lines) == 1 and "selector.m = selector.n = 64" in lines[0] and "\n" not in lines[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pods"):
+        checked(make_cfg("selector=none"))  # GRPO keeps all n by design: no warning
+    assert not [r for r in caplog.records if "down-sampled" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "overrides,advantage,loss",
+    [([], ("grpo", {"stats": "kept", "scale_by_std": True}), ("token", None)),
+     (["advantage=rloo", "loss=dapo", "loss.dapo.clip_high=0.3"], ("rloo", None),
+      ("dapo", {"clip_low": 0.2, "clip_high": 0.3})),
+     (["advantage.name=dr_grpo", "loss.name=dr_grpo"], ("dr_grpo", {"stats": "kept"}), ("dr_grpo", {"norm_len": 0})),
+     (["advantage.stats=full", "advantage.scale_by_std=false", "algo.loss_agg=sequence"],
+      ("grpo", {"stats": "full", "scale_by_std": False}), ("sequence", None))],
+)  # fmt: skip
+def test_advantage_and_loss_are_picked_by_name_old_keys_included(make_cfg, overrides, advantage, loss):
+    c = checked(make_cfg(*overrides))
+    for group, (name, knobs) in (("advantage", advantage), ("loss", loss)):
+        g = getattr(c, group)
+        assert g.name == name and (knobs is None) == (g.own() is None)
+        assert knobs is None or vars(g.own()) == knobs
+    assert c.algo.loss_agg is None  # read as loss.name
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [("advantage.name=ppo", "advantage.name='ppo' is not valid; allowed values: dr_grpo, grpo, rloo"),
+     ("loss=dr_grpo loss.dr_grpo.norm=3", "loss.dr_grpo.norm: Key 'norm' not in 'DrGrpoSettings'"),
+     ("loss.dapo.clip_high=0.3", "loss.dapo: settings of loss 'dapo', which is not chosen (loss.name='token')"),
+     ("advantage=rloo advantage.rloo.x=1", "advantage.rloo: advantage 'rloo' declares no settings of its own")],
+)  # fmt: skip
+def test_an_unknown_estimator_or_a_bad_knob_is_one_line(make_cfg, override, message):
+    with pytest.raises(ConfigError) as e:
+        checked(make_cfg(*override.split()))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_loss_that_breaks_its_contract_stops_preflight(make_cfg):
+    from pods.update import LOSSES, register_loss
+
+    register_loss("test_micro_mean")(
+        lambda logp, old_logp, adv, mask: ((-adv[:, None] * logp * mask).mean(), {})
+    )
+    try:
+        with pytest.raises(ConfigError, match=r"^loss.name='test_micro_mean': loss: .*\(pods.testing\)$"):
+            checked(make_cfg("loss.name=test_micro_mean"))
+    finally:
+        LOSSES.pop("test_micro_mean")
+        LOSSES.traits.pop("test_micro_mean")

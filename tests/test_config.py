@@ -126,7 +126,10 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         (["prefilter.greso.easy_share=-0.1"], "prefilter.greso.easy_share=-0.1 must be in [0, 1]"),
         (["dynamic_sampling.oversample=0.5"], "dynamic_sampling.oversample=0.5 must be >= 1"),
         (["prefilter.greso.p_min=0.9", "prefilter.greso.p_init=0.5"], "p_min <= p_init <= p_max"),
-        (["advantage.stats=all"], "advantage.stats='all' is not valid; allowed values: kept, full"),
+        (["advantage.stats=all"], "advantage.grpo.stats='all' is not valid; allowed values: kept, full"),
+        (["loss=dapo", "loss.dapo.clip_low=1.5"], "loss.dapo.clip_low=1.5 must be in (0, 1)"),
+        (["loss=dr_grpo", "loss.dr_grpo.norm_len=-1"], "loss.dr_grpo.norm_len=-1 must be >= 0"),
+        (["loss=dapo", "algo.loss_agg=sequence"], "algo.loss_agg=sequence is the old spelling of loss.name"),
         (["model.recipe.lr=0"], "model.recipe.lr=0.0 must be > 0"),
         (["algo.epsilon_high=-1"], "algo.epsilon_high=-1.0 must be > 0"),
         (["algo.epsilon=1.5"], "algo.epsilon=1.5 must be in (0, 1)"),
@@ -372,7 +375,10 @@ def test_a_saved_config_tells_compare_whether_it_is_plain_grpo(make_cfg, overrid
     [
         ("DynamicSamplingConfig(enabled=True, max_rounds=0)", "dynamic_sampling.max_rounds=0 must be >= 1"),
         ("SelectorConfig(name='none', n=16, m=20)", "selector.m=20 must be between 1 and selector.n=16"),
-        ("AdvantageConfig(stats='all')", "advantage.stats='all' is not valid; allowed values: kept, full"),
+        (
+            "GroupNormSettings(stats='all')",
+            "advantage.grpo.stats='all' is not valid; allowed values: kept, full",
+        ),
         ("RecipeConfig(temperature=0.0)", "model.recipe.temperature=0.0 must be > 0"),
         ("RewardConfig(name='r', weights={})", "reward.weights is empty"),
         ("GresoConfig(p_min=0.9, p_init=0.5)", "prefilter.greso needs p_min <= p_init <= p_max"),
@@ -389,8 +395,10 @@ def test_each_group_checks_itself_in_one_line(group, match):
     from pods import config
     from pods.prefilter.greso import GresoConfig
     from pods.rollout.vllm import VLLMSettings
+    from pods.update.advantages import GroupNormSettings
 
-    obj = eval(group, {**vars(config), "GresoConfig": GresoConfig, "VLLMSettings": VLLMSettings})
+    obj = eval(group, {**vars(config), "GresoConfig": GresoConfig, "VLLMSettings": VLLMSettings,
+                       "GroupNormSettings": GroupNormSettings})  # fmt: skip
     with pytest.raises(ConfigError) as e:
         obj.check()
     assert match in str(e.value) and "\n" not in str(e.value)

@@ -196,3 +196,14 @@ def test_hub_model_presets_differ_only_in_name_and_path(make_cfg):
     assert first["model"]["lora"]["r"] == 64 and first["model"]["max_completion_len"] == 512
     assert first["optim"]["lr"] == 5e-6 and first["sampling"]["temperature"] == 0.9
     assert first["algo"]["prompts_per_step"] == 1
+
+
+@pytest.mark.parametrize(
+    "overrides,n_m",
+    [([], (4, 2)), (["selector=none"], (4, 4)), (["arm=none-n16-m16"], (4, 4)), (["selector=none", "selector.n=6"], (6, 6))],
+)  # fmt: skip
+def test_debug_smoke_keeps_the_selectors_down_sampling(make_cfg, overrides, n_m):
+    """debug=smoke shrinks n, and a down-sampler still keeps fewer than it draws; one that keeps all (GRPO)
+    keeps n (pods.naming.kept, by the selector's keeps_all trait)."""
+    c = checked(make_cfg("debug=smoke", *overrides))
+    assert (c.selector.n, c.selector.m) == n_m

@@ -42,7 +42,13 @@ def recipe_command() -> list[str]:
 @pytest.mark.slow
 def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
     files = recipe_files()
-    assert set(files) == {"my_selectors.py", "my_rewards.py", "my_filters.py", "my_backend.py"}
+    assert set(files) == {
+        "my_selectors.py",
+        "my_rewards.py",
+        "my_filters.py",
+        "my_backend.py",
+        "my_advantages.py",
+    }
     plugins = tmp_path / "my_plugins"
     plugins.mkdir()
     for name, code in files.items():
@@ -62,6 +68,7 @@ def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
         "my_engine",
     )
     assert cfg.selector.min_reward.jitter == 0.1  # the plugin selector's own setting, from the command line
+    assert (cfg.advantage.name, cfg.advantage.median.scale) == ("median", 0.5)
     records = read_metrics(run / "metrics.jsonl")
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]
@@ -89,3 +96,33 @@ def test_a_plugin_s_own_yaml_is_found_in_the_plugin_s_folder(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     selector = OmegaConf.create(proc.stdout).selector
     assert (selector.name, selector.n, selector.m) == ("min_reward", 8, 3)
+
+
+def test_the_readme_advantage_estimator_runs_and_is_picked_by_name(tmp_path, monkeypatch, make_cfg):
+    """README's `my_advantages.py`, imported as a plugin: it conforms, its numbers are the hand-computed ones,
+    and `advantage.name=median advantage.median.scale=0.5` picks it with its knob."""
+    import torch
+
+    from pods.components import checked
+    from pods.registry import load_plugins
+    from pods.testing import check_advantage
+    from pods.update import ADVANTAGES, estimate_advantages
+
+    code = recipe_files()["my_advantages.py"]
+    assert len(code.strip().splitlines()) < 20
+    (tmp_path / "my_advantages.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        load_plugins(["my_advantages"])  # what preflight does with plugins=[...]
+        c = checked(
+            make_cfg("plugins=[my_advantages]", "advantage.name=median", "advantage.median.scale=0.5")
+        )
+        check_advantage("median", settings=c.advantage.own())
+        rewards = torch.tensor([[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]])  # medians 1 and 2
+        adv = estimate_advantages(c.advantage.name, rewards, rewards, c.advantage.own())
+        assert adv.tolist() == [0.0, -0.5, 1.0, 0.0, 0.0, 0.0]
+    finally:
+        ADVANTAGES.pop("median", None)
+        ADVANTAGES.settings.pop("median", None)
+        ADVANTAGES.traits.pop("median", None)
+        sys.modules.pop("my_advantages", None)

@@ -100,14 +100,18 @@ def test_an_old_layout_checkpoint_resumes_to_the_same_steps_and_weights(make_cfg
 
 
 def test_a_run_saved_with_rollout_backend_resumes(make_cfg, two_steps, tmp_path):
-    """A checkpoint (and config.yaml) written before rollout.backend became rollout.name: the resume reads the
-    old key as the new one (pods.spelling.current_config) instead of refusing a changed experiment."""
+    """A checkpoint (and config.yaml) written before rollout.backend became rollout.name, and before advantage
+    and loss had names: the resume reads the old keys as the new ones (pods.spelling.current_config) instead of
+    refusing a changed experiment."""
     d = tmp_path / "run"
     shutil.copytree(two_steps, d)
     meta_path = ckpt.latest_checkpoint(d / "checkpoints") / "meta.json"
     meta = json.loads(meta_path.read_text())
     rollout = meta["config"]["rollout"]
     meta["config"]["rollout"] = {"backend": rollout.pop("name"), **rollout}
+    # and before advantages and losses had names: advantage.{stats, scale_by_std}, algo.loss_agg
+    meta["config"]["advantage"] = meta["config"]["advantage"].pop("grpo")
+    meta["config"]["algo"]["loss_agg"] = meta["config"].pop("loss")["name"]
     meta_path.write_text(json.dumps(meta))
     assert "backend" in json.loads(meta_path.read_text())["config"]["rollout"]
     run(make_cfg(*COMMON, "max_steps=3", "resume=true", run_dir=d))

@@ -61,7 +61,7 @@ def test_retired_keys_are_not_in_the_schema_and_their_new_names_are():
         ("rollout.vllm_sleep_mode=true", "write rollout.vllm.sleep_mode"),
         ("hardware.vllm_gpu_memory_utilization=0.5", "write rollout.vllm.gpu_memory_utilization"),
         ("selector.greso.max_rounds=4", "dynamic_sampling.max_rounds"),
-        ("algo.scale_adv_by_std=false", "advantage.scale_by_std"),
+        ("algo.scale_adv_by_std=false", "advantage.grpo.scale_by_std"),
         ("hardware.micro_batch_size=8", "write update.micro_batch_size"),
         ("hardware.update_sdpa=flash", "write update.sdpa"),
         ("rollout.temperature=1.0", "write sampling.temperature"),
@@ -169,3 +169,21 @@ def test_compare_reads_a_retired_metric_name_from_old_and_new_runs(tmp_path):
     for asked in ("filter/skip_rate", "prefilter/skip_rate"):
         df = load_runs(tmp_path, asked)
         assert sorted(df.seed.astype(str)) == ["1", "2"] and set(df.value) == {0.25}
+
+
+def test_a_config_saved_before_advantages_and_losses_had_names_is_the_same_experiment(make_cfg):
+    """A checkpoint's config from before `advantage.name` and `loss.name` (`advantage: {stats, scale_by_std}`,
+    `algo.loss_agg`) reads as today's default: a resume finds no changed key."""
+    from pods.components import checked
+    from pods.config import ConfigError, as_container
+    from pods.history import check_same_experiment
+    from pods.spelling import current_config
+
+    today = as_container(checked(make_cfg("advantage.stats=full")))
+    old = {k: v for k, v in today.items() if k != "loss"}
+    old["advantage"] = {"stats": "full", "scale_by_std": True}
+    old["algo"] = {**{k: v for k, v in today["algo"].items() if k != "loss_agg"}, "loss_agg": "token"}
+    assert check_same_experiment(current_config(old), today, "step_2") == {}
+    old["algo"]["loss_agg"] = "sequence"
+    with pytest.raises(ConfigError, match=r"loss.name=token \(checkpoint: sequence\)"):
+        check_same_experiment(current_config(old), today, "step_2")

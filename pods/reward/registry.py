@@ -11,7 +11,6 @@ reward/*.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import torch
 
 from pods.batch import Rollouts
 from pods.errors import NonFiniteError, PluginError, shown
-from pods.registry import Registry
+from pods.registry import Registry, accepted
 from pods.reward.grading import Grader
 from pods.reward.numbers import parse_number
 
@@ -152,18 +151,6 @@ def columns(rows: list[dict]) -> dict[str, list]:
     field named like a keyword the Reward passes itself (RESERVED) is left out."""
     names = [k for k in rows[0] if k not in RESERVED]
     return {k: [row.get(k) for row in rows] for k in names}
-
-
-def accepted(fn: Callable, kw: dict) -> dict:
-    """The keywords of `kw` that `fn` takes: all of them with a `**kw` parameter, else those it names."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C function: pass everything, as before
-        return kw
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return kw
-    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return {k: v for k, v in kw.items() if k in named}
 
 
 def build_reward(reward) -> Reward:

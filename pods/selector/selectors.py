@@ -7,17 +7,32 @@ import dataclasses
 import torch
 
 from pods.errors import PluginError, shown
-from pods.registry import Registry
+from pods.registry import Registry, accepted
 
 SELECTORS: Registry = Registry("selector")
 
+# What the selector stage hands a selector by name, beside (rewards, m, generator), when its signature names it
+# (or takes **kw): only those are computed.
+CONTEXT = {
+    "lengths": "(P, n) completion tokens of each rollout",
+    "tokens": "(P, n) prompt + completion tokens of each rollout (what its update would process)",
+    "correct": "(P, n) 1.0 where the rollout's answer was graded right (reward.correctness), else 0.0",
+    "prompt_ids": "(P,) list of each group's prompt index in the training set",
+}
+
 
 def register_selector(name: str, settings: type | None = None, keeps_all: bool = False):
-    """Decorator: `@register_selector("name")` on `fn(rewards, m, generator, **settings)` makes
-    `selector.name=name` use it. `settings`: a dataclass of the selector's own knobs, set as
-    `selector.<name>.<knob>` and passed to fn as keyword arguments. `keeps_all`: it trains on every rollout
-    (GRPO), so m must equal n, and m = 1 is allowed."""
+    """Decorator: `@register_selector("name")` on `fn(rewards, m, generator, **context, **settings)` makes
+    `selector.name=name` use it. `context`: what it names of CONTEXT (`lengths=`, `correct=`, ...).
+    `settings`: a dataclass of the selector's own knobs, set as `selector.<name>.<knob>` and passed to fn as
+    keyword arguments. `keeps_all`: it trains on every rollout (GRPO), so m must equal n, and m = 1 is
+    allowed."""
     return SELECTORS.register(name, settings, keeps_all=keeps_all)
+
+
+def wanted(fn) -> list[str]:
+    """The CONTEXT names selector `fn` takes (all of them with **kw)."""
+    return list(accepted(fn, dict.fromkeys(CONTEXT)))
 
 
 def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
@@ -119,11 +134,16 @@ def keep_all(rewards: torch.Tensor, m: int, generator: torch.Generator | None = 
 
 
 def downsample(
-    name: str, rewards: torch.Tensor, m: int, generator: torch.Generator | None = None, settings=None
+    name: str,
+    rewards: torch.Tensor,
+    m: int,
+    generator: torch.Generator | None = None,
+    settings=None,
+    context: dict | None = None,
 ) -> torch.Tensor:
     """Run the selector `name` and check its contract (shape, range, distinct indices). `settings`: the
     selector's own (the dataclass its registry entry declares, from `selector.<name>.*`), passed to it as
-    keyword arguments.
+    keyword arguments; `context`: the CONTEXT it asked for (wanted(fn)), by name.
 
     Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
     non-finite or too-small batch.
@@ -131,7 +151,8 @@ def downsample(
     fn = SELECTORS.get_or_raise(name, "selector.name")
     if not SELECTORS.trait(name, "keeps_all"):  # one that keeps all checks m = n itself
         check_rewards(rewards, m, name)
-    keep = fn(rewards, m, generator, **(dataclasses.asdict(settings) if settings is not None else {}))
+    kw = dataclasses.asdict(settings) if settings is not None else {}
+    keep = fn(rewards, m, generator, **(context or {}), **kw)
     P, n = rewards.shape
     broken = contract_broken(keep, P, n, m)
     if broken:

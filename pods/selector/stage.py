@@ -8,7 +8,7 @@ import torch
 
 from pods.batch import Rollouts, zero_variance
 from pods.config import SelectorConfig
-from pods.selector.selectors import downsample
+from pods.selector.selectors import SELECTORS, downsample, wanted
 
 
 def wasserstein1(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -41,6 +41,19 @@ def selector_metrics(all_rewards: torch.Tensor, kept_rewards: torch.Tensor) -> d
     }
 
 
+def selector_context(names: list[str], batch: Rollouts) -> dict:
+    """The CONTEXT entries `names` of `batch` (pods/selector/selectors.py), each (P, n) but prompt_ids."""
+    P, n = batch.num_groups, batch.group_size
+    completion = batch.completion_mask.sum(1).view(P, n)
+    make = {
+        "lengths": lambda: completion,
+        "tokens": lambda: batch.attention_mask[:, : batch.prompt_len].sum(1).view(P, n) + completion,
+        "correct": lambda: batch.correct,
+        "prompt_ids": lambda: list(batch.prompt_ids),
+    }
+    return {k: make[k]() for k in names}
+
+
 class SelectorStage:
     """`generator`: this rank's seeded torch.Generator (checkpointed with the run's random streams)."""
 
@@ -53,7 +66,9 @@ class SelectorStage:
             return None
         s = self.s
         with self.timer.phase("selector"):
-            return batch.select(downsample(s.name, batch.rewards, s.m, self.generator, s.own()))  # (P, m)
+            context = selector_context(wanted(SELECTORS.get_or_raise(s.name, "selector.name")), batch)
+            keep = downsample(s.name, batch.rewards, s.m, self.generator, s.own(), context)  # (P, m)
+            return batch.select(keep)
 
     def metrics(self, generated: torch.Tensor, kept: Rollouts | None) -> dict[str, float]:
         """selector/* of the step: `generated`, the (P, n) rewards of every group generated (all ranks); the

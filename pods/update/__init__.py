@@ -1,6 +1,23 @@
-"""Policy update: group advantages on the kept rollouts, the clipped policy-gradient loss, the optimizer step."""
+"""Policy update: advantages on the kept rollouts (registered estimators), the policy-gradient loss (registered
+losses), the optimizer step."""
 
-from pods.update.advantages import group_advantages, kept_advantages
-from pods.update.loss import policy_loss
+from pods.update.advantages import (
+    ADVANTAGES,
+    estimate_advantages,
+    group_advantages,
+    kept_advantages,
+    register_advantage,
+)
+from pods.update.loss import LOSSES, PolicyLoss, policy_loss, register_loss
 
-__all__ = ["group_advantages", "kept_advantages", "policy_loss"]
+__all__ = [
+    "ADVANTAGES",
+    "LOSSES",
+    "PolicyLoss",
+    "estimate_advantages",
+    "group_advantages",
+    "kept_advantages",
+    "policy_loss",
+    "register_advantage",
+    "register_loss",
+]

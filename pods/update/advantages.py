@@ -1,10 +1,32 @@
-"""GRPO group-relative advantages."""
+"""Advantage estimators: the kept rewards of each group -> one advantage per kept rollout.
+
+An estimator is a pure function registered by name, `advantage.name=NAME` (or `advantage=NAME`) picks it:
+
+    fn(rewards (P, m), all_rewards=(P, n), **knobs) -> (P, m) advantages
+
+`rewards` are the kept m of each group (PODS: after down-sampling), `all_rewards` every generated one of the
+same groups (passed when the function names it, or takes **kw); knobs are the fields of the dataclass its
+entry declares (`advantage.grpo.stats`). A group whose rewards are all equal should get exactly 0: the update
+skips those rows (pods/update/step.py).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from pods.batch import zero_variance
+from pods.errors import choice
+from pods.registry import Registry, accepted, knobs
+
+ADVANTAGES: Registry = Registry("advantage")
+
+
+def register_advantage(name: str, settings: type | None = None):
+    """Decorator: `@register_advantage("name")` on `fn(rewards, all_rewards=..., **knobs) -> (P, m)` makes
+    `advantage.name=name` use it. `settings`: a dataclass of its own knobs, set as `advantage.<name>.<knob>`."""
+    return ADVANTAGES.register(name, settings)
 
 
 def group_advantages(
@@ -36,15 +58,66 @@ def group_advantages(
     return torch.where(flat, torch.zeros_like(adv), adv)
 
 
-ADV_STATS = ("kept", "full")  # whose mean/std normalise: the kept m (PODS paper) or all n (an ablation)
+@dataclass(frozen=True)
+class GroupNormSettings:
+    stats: str = "kept"  # mean/std over the kept m (the PODS paper) | full (all n generated, an ablation)
+    scale_by_std: bool = True  # divide by the group std (advantage=dr_grpo: not)
+
+    def check(self) -> None:
+        choice("advantage.grpo.stats", self.stats, ["kept", "full"])
+
+
+@register_advantage("grpo", settings=GroupNormSettings)
+def grpo(
+    rewards: torch.Tensor, all_rewards: torch.Tensor, stats: str = "kept", scale_by_std: bool = True
+) -> torch.Tensor:
+    """GRPO: (r - mean) / (std + 1e-4) over the kept m (stats=kept) or all n of the group (stats=full)."""
+    return group_advantages(rewards, scale_by_std, stats_from=all_rewards if stats == "full" else None)
+
+
+@dataclass(frozen=True)
+class MeanBaselineSettings:
+    stats: str = "kept"  # whose mean is the baseline: the kept m | full (all n generated)
+
+    def check(self) -> None:
+        choice("advantage.dr_grpo.stats", self.stats, ["kept", "full"])
+
+
+@register_advantage("dr_grpo", settings=MeanBaselineSettings)
+def dr_grpo(rewards: torch.Tensor, all_rewards: torch.Tensor, stats: str = "kept") -> torch.Tensor:
+    """Dr. GRPO (arXiv 2503.20783): r - mean, not divided by the std (which weighs easy and hard groups up)."""
+    return grpo(rewards, all_rewards, stats, scale_by_std=False)
+
+
+@register_advantage("rloo")
+def rloo(rewards: torch.Tensor) -> torch.Tensor:
+    """REINFORCE leave-one-out: A_i = r_i - mean_{j != i} r_j over the kept group (m >= 2), exactly 0 in a
+    group of equal rewards."""
+    m = rewards.shape[1]
+    adv = rewards - (rewards.sum(dim=1, keepdim=True) - rewards) / (m - 1)
+    flat = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(adv), adv)
+
+
+def estimate_advantages(
+    name: str, kept_rewards: torch.Tensor, all_rewards: torch.Tensor, settings=None
+) -> torch.Tensor:
+    """The estimator `name` on (P, m) kept rewards, with (P, n) all rewards of the same groups and its own
+    settings (its registry entry's dataclass) as keywords -> (P*m,) advantages, group-major."""
+    fn = ADVANTAGES.get_or_raise(name, "advantage.name")
+    adv = fn(kept_rewards, **accepted(fn, {"all_rewards": all_rewards}), **knobs(settings))
+    if tuple(adv.shape) != tuple(kept_rewards.shape):
+        raise ValueError(
+            f"advantage {name!r} returned shape {tuple(adv.shape)}, expected {tuple(kept_rewards.shape)}"
+        )
+    return adv.reshape(-1)
 
 
 def kept_advantages(
     kept_rewards: torch.Tensor, all_rewards: torch.Tensor, stats: str = "kept", scale_by_std: bool = True
 ) -> torch.Tensor:
-    """(P, m) kept rewards -> (P*m,) advantages, normalised on the kept subset or, with stats="full", on
-    all (P, n) rewards of each group."""
-    if stats not in ADV_STATS:
-        raise ValueError(f"advantage statistics {stats!r}; allowed: {', '.join(ADV_STATS)}")
-    ref = all_rewards if stats == "full" else None
-    return group_advantages(kept_rewards, scale_by_std, stats_from=ref).reshape(-1)
+    """(P, m) kept rewards -> (P*m,) advantages of `advantage=grpo` with these knobs (the spelling before the
+    estimators were registered)."""
+    settings = GroupNormSettings(stats, scale_by_std)
+    settings.check()
+    return estimate_advantages("grpo", kept_rewards, all_rewards, settings)

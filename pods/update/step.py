@@ -13,7 +13,7 @@ from pods.batch import Rollouts
 from pods.config import AlgoConfig, OptimConfig, UpdateConfig
 from pods.update.layout import micro_view, pad_rows, plan_micro_batches, row_lengths
 from pods.update.logprobs import linear_token_logprobs, token_logprobs
-from pods.update.loss import policy_loss
+from pods.update.loss import PolicyLoss
 from pods.update.probe import UpdateProbe
 
 
@@ -153,6 +153,7 @@ class _Step:
     ref: torch.Tensor | None  # (B, Lc) reference log-probs when beta > 0
     num_tokens: float  # loss normalisers: totals over the whole batch (all ranks)
     num_seqs: float
+    loss: PolicyLoss
 
 
 def policy_update(
@@ -166,8 +167,10 @@ def policy_update(
     device,
     dist,
     ref_model=None,
+    loss: PolicyLoss | None = None,
 ) -> dict[str, float]:
-    """Run algo.mu optimizer steps on `batch` (advantages set): the loss is algo's, the micro-batches are cut
+    """Run algo.mu optimizer steps on `batch` (advantages set): the loss is `loss` (None: the token mean, or
+    `algo.loss_agg`, with algo's clip range and beta), the micro-batches are cut
     and shaped as `layout` (the update section) says, gradients clipped at optim.grad_clip. Returns update/*
     metrics.
 
@@ -178,8 +181,10 @@ def policy_update(
     and, on CUDA, allocator counters come with the metrics (pods/update/probe.py).
     """
     with UpdateProbe(device) as probe, sdpa_preference(layout.sdpa):
+        if loss is None:
+            loss = PolicyLoss.build(getattr(algo, "loss_agg", None) or "token", None, algo)
         stats = _update(
-            model, batch, optimizer, scheduler, algo, layout, optim.grad_clip, device, dist, ref_model
+            model, batch, optimizer, scheduler, algo, layout, optim.grad_clip, device, dist, ref_model, loss
         )
     return {**stats, **probe.metrics()}
 
@@ -195,6 +200,7 @@ def _update(
     device,
     dist,
     ref_model,
+    loss: PolicyLoss,
 ) -> dict[str, float]:
     if batch is None:  # this rank got no groups this step
         adv, mask = torch.zeros(0), torch.zeros(0, 0)
@@ -202,7 +208,8 @@ def _update(
         adv, mask = batch.advantages, batch.completion_mask
     num_tokens = max(dist.sum(float(mask.sum())), 1.0)
     num_seqs = max(dist.sum(float(len(adv))), 1.0)
-    live = adv != 0 if algo.beta == 0 else torch.ones_like(adv, dtype=torch.bool)
+    every_row = algo.beta > 0 or loss.grad_at_zero_advantage  # else a 0 advantage gives no gradient
+    live = torch.ones_like(adv, dtype=torch.bool) if every_row else adv != 0
     rows = (
         torch.nonzero(live & (mask.sum(1) > 0)).squeeze(1) if len(adv) else torch.zeros(0, dtype=torch.long)
     )
@@ -234,7 +241,7 @@ def _update(
         if algo.beta > 0 and len(rows)
         else None
     )
-    step = _Step(batch, lengths, old, ref, num_tokens, num_seqs)
+    step = _Step(batch, lengths, old, ref, num_tokens, num_seqs, loss)
     params = [p for p in model.parameters() if p.requires_grad]
     tot = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0, "nonfinite": 0.0}
     tot.update(width_max=0, masked=0.0, new_shapes=0.0)  # this rank's micro-batch shapes (not summed)
@@ -299,20 +306,16 @@ def _micro_step(
     tot["new_shapes"] += float(shape not in _SEEN_SHAPES)
     _SEEN_SHAPES.add(shape)
     logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, layout.fused_logprobs, plens, cw)
-    loss, st = policy_loss(
+    loss, st = step.loss(
         logp,
         step.old[idx, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
         torch.where(real, b.advantages[idx], 0.0).to(device, logp.dtype),
         (b.completion_mask[idx, :cw] * real[:, None]).to(device),
-        algo.epsilon,
-        algo.epsilon_high,
-        step.ref[idx, :cw].to(device) if step.ref is not None else None,
-        algo.beta,
-        algo.loss_agg,
-        step.num_tokens,
-        step.num_seqs,
+        ref_logp=step.ref[idx, :cw].to(device) if step.ref is not None else None,
+        num_tokens=step.num_tokens,
+        num_seqs=step.num_seqs,
     )
     dist.backward_share(loss)  # the loss is already a global mean: each rank backpropagates its share
     tot["loss"] += loss.item() / algo.mu
-    tot["clipped_tokens"] += st["clipped_tokens"].item()
-    tot["kl_sum"] += st["kl_sum"].item()
+    tot["clipped_tokens"] += float(st.get("clipped_tokens", 0.0))
+    tot["kl_sum"] += float(st.get("kl_sum", 0.0))

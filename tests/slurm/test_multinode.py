@@ -166,7 +166,7 @@ def test_a_request_the_partition_cannot_hold_is_one_line(bad, tmp_path):
 # test_slurm.py's requeue run (no periodic checkpoint: the job resumes from what its signal handler saved),
 # as DDP over 2 nodes x 1 task
 RUN_LONG = [*RUN_REQUEUE, "hardware.distributed=ddp", "hardware.num_threads=1"]
-NAME = "max_variance-n4-m4-s0"
+NAME = "max_variance-n4-m2-s0"
 
 
 def uninterrupted_two_nodes(sweep: Path) -> Submitted:

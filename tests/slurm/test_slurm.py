@@ -64,16 +64,16 @@ def test_smoke_sweep_runs_on_slurm_and_compare_reads_it(tmp_path):
     proc = submit([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], sweep, 300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:] + _job_logs(sweep)[-3000:]
     runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
-    assert runs == ["max_variance-n4-m4-s0", "max_variance-n4-m4-s1", "random-n4-m4-s0", "random-n4-m4-s1"]
+    assert runs == ["max_variance-n4-m2-s0", "max_variance-n4-m2-s1", "random-n4-m2-s0", "random-n4-m2-s1"]
     assert all([r["step"] for r in _train(sweep / r)] == [1, 2, 3] for r in runs)
     assert len(list((sweep / ".submitit").glob("*/*_submission.sh"))) == 1  # one array job of 4
     out = subprocess.run(
-        [sys.executable, "-m", "pods.compare", str(sweep), "--baseline", "random-n4-m4", "--out", str(tmp_path / "cmp")],
+        [sys.executable, "-m", "pods.compare", str(sweep), "--baseline", "random-n4-m2", "--out", str(tmp_path / "cmp")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     table = (tmp_path / "cmp" / "summary.md").read_text()
-    assert "| max_variance-n4-m4 | 2 |" in table and "| random-n4-m4 | 2 |" in table
+    assert "| max_variance-n4-m2 | 2 |" in table and "| random-n4-m2 | 2 |" in table
 
 
 BAD = {
@@ -193,7 +193,7 @@ def test_requeue_and_time_limit_lose_nothing(tmp_path):
     the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends.
     The same run uninterrupted, the reference, runs on this machine beside the job's slow steps."""
     sweep = tmp_path / "sweep"
-    run_dir = sweep / "max_variance-n4-m4-s0"
+    run_dir = sweep / "max_variance-n4-m2-s0"
     uninterrupted, log, started = tmp_path / "uninterrupted", tmp_path / "uninterrupted.log", []
     try:
         requeue_and_time_limit([*SLURM, *RUN], sweep, run_dir, tmp_path / "submit.log",

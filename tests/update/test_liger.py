@@ -1,7 +1,7 @@
 """Liger-Kernel's fused linear GRPO loss computes pods' loss: same value, gradients and logged fractions.
 
-pods `loss_agg=token` (with `num_tokens`) is Liger `loss_type="dapo"` (with `num_items_in_batch`), and
-`loss_agg=sequence` is `loss_type="grpo"`. Liger's chunked losses are plain torch, so this runs on a CPU
+pods `loss=token` (with `num_tokens`) is Liger `loss_type="dapo"` (with `num_items_in_batch`), and
+`loss=sequence` is `loss_type="grpo"`. Liger's chunked losses are plain torch, so this runs on a CPU
 (`compiled=False`); skipped where liger_kernel is not installed, as in CI (scripts/bench_liger.py times both).
 """
 
