@@ -1,5 +1,5 @@
-"""README's extension recipes, run as README.md writes them: every ```python block that opens with
-`# my_<name>.py` is saved under that name, and README's `PYTHONPATH=my_plugins python -m pods.train ...`
+"""README's extension recipes, run as README.md and docs/extending.md write them: every ```python block that opens
+with `# my_<name>.py` is saved under that name, and README's `PYTHONPATH=my_plugins python -m pods.train ...`
 command runs them on the smoke settings. A recipe that drifts from an interface (a generate() without
 an argument eval passes, a renamed hook) fails here, not in a user's first eval."""
 
@@ -20,11 +20,12 @@ from tests.conftest import SMOKE
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+EXTENDING = (ROOT / "docs" / "extending.md").read_text()  # the prefilter and backend recipes live there
 
 
 def recipe_files() -> dict[str, str]:
-    """{file name: code} of README's ```python blocks that open with `# my_<name>.py`."""
-    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    """{file name: code} of the ```python blocks of README and docs/extending.md that open with `# my_<name>.py`."""
+    blocks = re.findall(r"```python\n(.*?)```", README + EXTENDING, flags=re.S)
     return {m.group(1): b for b in blocks if (m := re.match(r"# (my_\w+\.py)\n", b))}
 
 
@@ -77,14 +78,14 @@ def test_readme_recipes_run_verbatim_from_the_command_line(tmp_path):
 
 
 def test_a_plugin_s_own_yaml_is_found_in_the_plugin_s_folder(tmp_path):
-    """README's `hydra.searchpath=[file://my_plugins/conf]` line, run from the folder that holds my_plugins/:
+    """docs/extending.md's `hydra.searchpath=[file://my_plugins/conf]` line, run from the folder that holds my_plugins/:
     `selector=min_reward` picks the plugin folder's YAML (printed with --cfg job: composed, not trained)."""
     lines = [
         ln
-        for ln in README.splitlines()
+        for ln in EXTENDING.splitlines()
         if ln.startswith("PYTHONPATH=my_plugins") and "hydra.searchpath" in ln
     ]
-    assert len(lines) == 1, "README holds one command for a plugin's own YAML"
+    assert len(lines) == 1, "docs/extending.md holds one command for a plugin's own YAML"
     conf = tmp_path / "my_plugins" / "conf" / "selector"
     conf.mkdir(parents=True)
     (tmp_path / "my_plugins" / "my_selectors.py").write_text(recipe_files()["my_selectors.py"])
