@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
-from pods.errors import CheckpointError
+from pods.errors import CheckpointError, RunError
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -56,7 +56,7 @@ def one_line_errors():
     composed()
     try:
         yield
-    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError) as e:
+    except (ConfigError, DataError, OfflineError, MetricsGapError, CheckpointError, RunError) as e:
         msg = str(e)
         log.error("%s: %s", type(e).__name__, msg)
         print(f"pods: error: {msg}", file=sys.stderr)

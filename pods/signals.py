@@ -1,13 +1,18 @@
 """Ctrl-C and SIGTERM end a run with a checkpoint, everywhere (pods/slurm.py's RequeueOnSignal adds Slurm's
 time-limit signal and the requeue on top of this).
 
-    first SIGINT or SIGTERM   noted; at the next step boundary (or when the loop ends) every rank saves a
-    (or SIGHUP)               checkpoint, rank 0 logs one line naming it and the command that resumes it, and
-                              the process exits 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)
-    a second SIGINT           exits at once (130), saving nothing: a save under way is left in its temporary
-                              directory, which no resume reads (pods/checkpoint.py writes step_N/ atomically)
+    first SIGINT or SIGTERM   noted; rollout, reward, eval or model loading under way is abandoned at once
+    (or SIGHUP)               (pods/stopping.py: one process) and the state as of the last completed step
+                              saved, else the run saves at the next step boundary (or when the loop ends); rank
+                              0 logs one line naming the checkpoint and the command that resumes it, and the
+                              process exits 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)
+    checkpoint.stop_deadline_s  after the first signal, a watchdog exits (128 + signal) without a new checkpoint
+                              if the run has not stopped by then: before the scheduler's SIGKILL
+    a second stop signal      exits at once (128 + its number), saving nothing: a save under way is left in its
+                              temporary directory, which no resume reads (pods/checkpoint.py writes step_N/
+                              atomically); the same signal again within REPEAT_S counts as one delivery
 
-The handler only notes the signal: saving inside it would catch the loop half-way through a step. Every rank
+The handler saves nothing itself: a save inside it would catch the loop half-way through a step. Every rank
 stops at the same step (the highest signal number any rank caught wins: the save is a collective under FSDP).
 """
 
@@ -15,14 +20,20 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
+from pods import multirun, stopping
 from pods.callbacks import Callback
 
 log = logging.getLogger("pods")
+DEADLINE_S = 20.0  # checkpoint.stop_deadline_s's default, until the config is read
+REPEAT_S = 1.0  # a SIGTERM or SIGHUP again within this: the same stop delivered twice (a scheduler and srun)
 
 
 def resume_command(run_dir) -> str:
@@ -35,8 +46,29 @@ def resume_command(run_dir) -> str:
     except Exception:  # noqa: BLE001 - not under Hydra (a Trainer built in code)
         overrides = ["<your overrides>"]
     keep = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("resume", "hydra.run.dir")]
-    args = [*keep, "resume=true", f"hydra.run.dir={run_dir}"]
+    args = [*keep, "resume=true", f"hydra.run.dir={hydra_value(str(run_dir))}"]
     return " ".join(["python -m pods.train", *(a if a.startswith("<") else shlex.quote(a) for a in args)])
+
+
+def hydra_value(value: str) -> str:
+    """`value` as Hydra's override grammar reads it back exactly: as is when it parses so, else quoted (a
+    path with spaces, commas or non-ASCII letters); the shell's quoting comes on top (shlex.quote)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for text in (value, _quoted(value, "'"), _quoted(value, '"')):
+        try:
+            if parser.parse_override(f"k={text}").value() == value:
+                return text
+        except Exception:  # noqa: BLE001 - Hydra's lexer and parser raise several types
+            continue
+    return value
+
+
+def _quoted(value: str, q: str) -> str:
+    """Inside Hydra's quotes a backslash is literal unless it precedes the quote or ends the string: double
+    those, and escape the quote."""
+    return q + re.sub(rf"(\\*)({q}|$)", lambda m: m[1] * 2 + ("\\" + m[2] if m[2] else ""), value) + q
 
 
 def latest_name(run_dir) -> str:
@@ -59,8 +91,12 @@ class StopOnSignal(Callback):
     KEEP_IGNORED: tuple = (signal.SIGINT, signal.SIGHUP)
 
     def __init__(self):
-        self.caught = 0
+        self.caught, self.first_at = 0, 0.0
         self.run_dir = None  # known once a trainer reaches a step boundary: named by a second Ctrl-C
+        self.deadline_s = DEADLINE_S  # pods.train sets checkpoint.stop_deadline_s once the config is checked
+        self.watchdog: threading.Timer | None = None
+        self.snapshot = None  # the state at the current step's start (pods/stopping.py)
+        self.at_once = stopping.Region.at_once = one_process()  # abandon work at once: one process only
         self.previous = {
             s: signal.signal(s, self._note)
             for s in self.SIGNALS
@@ -68,37 +104,67 @@ class StopOnSignal(Callback):
         }
 
     def uninstall(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+        stopping.Region.pending, stopping.Region.at_once = 0, False
         for s, handler in self.previous.items():
             if signal.getsignal(s) == self._note:
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
     def _note(self, signum, frame) -> None:
-        if signum == signal.SIGINT and self.caught:
-            self._exit_now()
+        if self.caught and self._again(signum):
+            self._exit_now(signum, f"second {signal.Signals(signum).name}: exiting now without saving")
         first = not self.caught
         self.caught = max(self.caught, signum)  # SIGTERM (15) > SIGUSR2 (12) > SIGINT (2) > SIGHUP (1)
-        if first:
-            again = "; press Ctrl-C again to stop at once, without saving" if signum == signal.SIGINT else ""
-            log.warning(
-                "%s: stopping with a checkpoint at the next step boundary%s",
-                signal.Signals(signum).name,
-                again,
-            )
+        if not first:
+            return
+        self.first_at = time.monotonic()
+        again = "; press Ctrl-C again to stop at once, without saving" if signum == signal.SIGINT else ""
+        log.warning(
+            "%s: stopping within %g s (checkpoint.stop_deadline_s), with the state of the last completed "
+            "step saved%s",
+            signal.Signals(signum).name,
+            self.deadline_s,
+            again,
+        )
+        self.watchdog = threading.Timer(self.deadline_s, self._deadline_passed, (signum,))
+        self.watchdog.daemon = True
+        self.watchdog.start()
+        if self.at_once:
+            stopping.Region.pending = signum  # an abandonable region not yet entered is skipped
+            if stopping.in_abandonable():
+                raise stopping.StopRequested(signum)
 
-    def _exit_now(self) -> None:
-        """The second Ctrl-C: no save, no cleanup that could block. A save under way stays a temporary
-        directory (never read by a resume); the newest complete checkpoint is still `latest`."""
+    def _again(self, signum: int) -> bool:
+        """A second stop signal, not a repeat of Slurm's time-limit warning or one delivery seen twice."""
+        if signum == signal.SIGINT:
+            return True
+        return signum != getattr(signal, "SIGUSR2", None) and time.monotonic() - self.first_at >= REPEAT_S
+
+    def _deadline_passed(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        self._exit_now(
+            signum,
+            f"{name}: the run had not stopped {self.deadline_s:g} s after the signal "
+            "(checkpoint.stop_deadline_s): exiting now without a new checkpoint",
+        )
+
+    def _exit_now(self, signum: int, what: str) -> None:
+        """No save, no cleanup that could block. A save under way stays a temporary directory (never read by a
+        resume); the newest complete checkpoint is still `latest`."""
         where = f"; the newest checkpoint is {latest_name(self.run_dir)}" if self.run_dir else ""
-        print(f"pods: second SIGINT: exiting now without saving{where}", file=sys.stderr, flush=True)
+        print(f"pods: {what}{where}", file=sys.stderr, flush=True)
         for h in [*logging.getLogger().handlers, *log.handlers]:  # the log file's lines so far
             h.flush()
-        os._exit(128 + signal.SIGINT)
+        os._exit(128 + signum)
 
     # --- at step boundaries --------------------------------------------------------------------------------
 
     def on_step_start(self, trainer) -> None:
         self.run_dir = getattr(trainer, "run_dir", None)
         self.check(trainer)
+        if self.at_once and getattr(trainer, "components", None):  # the Trainer's; not a stand-in's
+            self.snapshot = stopping.StepSnapshot(trainer)
 
     def on_loop_end(self, trainer) -> None:
         self.check(trainer)  # a signal during the last step: stop before the final eval
@@ -109,6 +175,27 @@ class StopOnSignal(Callback):
             return
         if trainer.changes != trainer.saved_changes:
             trainer.save()
+        self.stopped(trainer, signum)
+
+    def abandoned(self, trainer, run_dir) -> None:
+        """StopRequested reached pods.train.run: the work under way was dropped; save the state as of the last
+        completed step (none before the first step) and exit 128 + signal."""
+        signum = self.caught
+        if trainer is None:  # still starting: nothing of this start to save
+            self.run_dir = run_dir
+            log.warning(
+                "%s during start-up: exiting before the first step; newest checkpoint: %s; run again with: %s",
+                signal.Signals(signum).name,
+                latest_name(run_dir),
+                resume_command(run_dir),
+            )
+            multirun.note_jobs_not_run(signum)
+            sys.exit(128 + signum)
+        stopping.settle(trainer, self.snapshot)
+        self.stopped(trainer, signum)
+
+    def stopped(self, trainer, signum: int) -> None:
+        """The run is saved: say so, note it in history.jsonl, name a multirun's jobs not run, exit."""
         self.after_save(trainer, signum)
         note = getattr(trainer, "history_event", None)  # the Trainer's; not a stand-in's
         if callable(note):
@@ -118,6 +205,8 @@ class StopOnSignal(Callback):
                 step=trainer.step,
                 checkpoint=latest_name(trainer.run_dir),
             )
+        if trainer.dist.is_main:
+            multirun.note_jobs_not_run(signum)
         sys.exit(128 + signum)
 
     def after_save(self, trainer, signum: int) -> None:
@@ -130,6 +219,12 @@ class StopOnSignal(Callback):
                 latest_name(trainer.run_dir),
                 resume_command(trainer.run_dir),
             )
+
+
+def one_process() -> bool:
+    """This run is one process (no torchrun, no Slurm job of several tasks)."""
+    world = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "1"
+    return int(world) <= 1 if world.isdigit() else False
 
 
 def handler() -> StopOnSignal:

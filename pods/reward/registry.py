@@ -20,6 +20,7 @@ import torch
 from pods.batch import Rollouts
 from pods.registry import Registry
 from pods.reward.grading import Grader
+from pods.reward.limit import call_with_limit, is_plugin
 from pods.reward.numbers import parse_number
 
 RewardFn = Callable[..., list[float]]  # fn(completions, answers, **kw) -> one float per completion
@@ -59,6 +60,7 @@ class Reward:
     grader: Grader
     settings: dict = field(default_factory=dict)  # reward name -> its own settings (a dataclass), as keywords
     correctness: str = "accuracy"  # the term whose 1.0 means correct (reward.correctness)
+    time_limit_s: float = 0.0  # bound on one call of a plugin's reward function (reward.plugin_timeout_s)
 
     def __call__(
         self,
@@ -89,7 +91,8 @@ class Reward:
         own = self.settings.get(name)
         fn = REWARDS[name]
         kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
-        vals = [float(v) for v in fn(completions, answers, **kw)]
+        limit = self.time_limit_s if is_plugin(fn) else 0.0  # pods's own are bounded by the grader
+        vals = [float(v) for v in call_with_limit(name, fn, limit, completions, answers, **kw)]
         if len(vals) != len(completions):
             raise ValueError(
                 f"reward {name!r} returned {len(vals)} values for {len(completions)} completions"
@@ -145,7 +148,8 @@ def build_reward(reward) -> Reward:
     )
     weights = {str(k): float(v) for k, v in reward.weights.items()}
     own = {n: reward.sections[n] for n in [*weights, reward.correctness] if n in reward.sections}
-    return Reward(reward.name, weights, grader, own, reward.correctness)  # workers: Reward.prepare
+    # workers: Reward.prepare
+    return Reward(reward.name, weights, grader, own, reward.correctness, reward.plugin_timeout_s)
 
 
 def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:
