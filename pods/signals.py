@@ -8,8 +8,8 @@ time-limit signal and the requeue on top of this).
                               process exits 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)
     checkpoint.stop_deadline_s  after the first signal, a watchdog exits (128 + signal) without a new checkpoint
                               if the run has not stopped by then: before the scheduler's SIGKILL
-    a second stop signal      exits at once (128 + its number), saving nothing: a save under way is left in its
-                              temporary directory, which no resume reads (pods/checkpoint.py writes step_N/
+    a second SIGINT, or the   exits at once (128 + its number), saving nothing: a save under way is left in its
+    first signal again        temporary directory, which no resume reads (pods/checkpoint.py writes step_N/
                               atomically); the same signal again within REPEAT_S counts as one delivery
 
 The handler saves nothing itself: a save inside it would catch the loop half-way through a step. Every rank
@@ -91,7 +91,7 @@ class StopOnSignal(Callback):
     KEEP_IGNORED: tuple = (signal.SIGINT, signal.SIGHUP)
 
     def __init__(self):
-        self.caught, self.first_at = 0, 0.0
+        self.caught, self.first, self.first_at = 0, 0, 0.0
         self.run_dir = None  # known once a trainer reaches a step boundary: named by a second Ctrl-C
         self.deadline_s = DEADLINE_S  # pods.train sets checkpoint.stop_deadline_s once the config is checked
         self.watchdog: threading.Timer | None = None
@@ -118,7 +118,7 @@ class StopOnSignal(Callback):
         self.caught = max(self.caught, signum)  # SIGTERM (15) > SIGUSR2 (12) > SIGINT (2) > SIGHUP (1)
         if not first:
             return
-        self.first_at = time.monotonic()
+        self.first, self.first_at = signum, time.monotonic()
         again = "; press Ctrl-C again to stop at once, without saving" if signum == signal.SIGINT else ""
         log.warning(
             "%s: stopping within %g s (checkpoint.stop_deadline_s), with the state of the last completed "
@@ -136,10 +136,12 @@ class StopOnSignal(Callback):
                 raise stopping.StopRequested(signum)
 
     def _again(self, signum: int) -> bool:
-        """A second stop signal, not a repeat of Slurm's time-limit warning or one delivery seen twice."""
+        """Ctrl-C again, or the first signal again (not one delivery seen twice, REPEAT_S): not another kind
+        (Slurm's SIGTERM after its time-limit SIGUSR2 is Slurm ending the job we are saving)."""
         if signum == signal.SIGINT:
             return True
-        return signum != getattr(signal, "SIGUSR2", None) and time.monotonic() - self.first_at >= REPEAT_S
+        again = signum == self.first and signum != getattr(signal, "SIGUSR2", None)
+        return again and time.monotonic() - self.first_at >= REPEAT_S
 
     def _deadline_passed(self, signum: int) -> None:
         name = signal.Signals(signum).name
