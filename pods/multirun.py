@@ -75,6 +75,7 @@ def note_jobs_not_run(signum: int) -> None:
     from pods.signals import hydra_value
 
     sweep = shlex.quote(f"hydra.sweep.dir={hydra_value(str(sweep_dir))}")
+    rest = [[o for o in job if not o.startswith("hydra.sweep.dir=")] for job in rest]  # given once, below
     lines = [" ".join(["python -m pods.train -m", *map(shlex.quote, job), sweep]) for job in rest]
     script = sweep_dir / SCRIPT
     try:

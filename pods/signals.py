@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM end a run with a checkpoint, everywhere (pods/slurm.py's RequeueOnSignal adds Slurm's
 time-limit signal and the requeue on top of this).
 
-    first SIGINT or SIGTERM   noted; rollout, reward, eval or model loading under way is abandoned at once
+    first SIGINT or SIGTERM   noted; start-up, rollout, reward or eval under way is abandoned at once
     (or SIGHUP)               (pods/stopping.py: one process) and the state as of the last completed step
                               saved, else the run saves at the next step boundary (or when the loop ends); rank
                               0 logs one line naming the checkpoint and the command that resumes it, and the

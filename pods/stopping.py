@@ -2,7 +2,7 @@
 stop quick (checkpoint.stop_deadline_s, 20 s by default, inside Slurm's and Kubernetes' 30 s grace).
 
     where the signal lands                what happens
-    model loading, rollout, reward        abandoned at once: the handler raises StopRequested in the main
+    start-up, rollout, reward             abandoned at once: the handler raises StopRequested in the main
     (`abandonable` regions)               thread, the run restores the state of the step's start (taken by
                                           StepSnapshot) and saves it if the newest checkpoint is older
     eval                                  abandoned at once; its step is complete and saved, the eval

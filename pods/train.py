@@ -120,7 +120,7 @@ def preflight(cfg) -> TrainConfig:
 def run(cfg, callbacks=()) -> dict:
     """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own.
     Ctrl-C and SIGTERM (and Slurm's signals in a Slurm job) end it with a checkpoint (pods/signals.py)."""
-    from pods import signals, slurm
+    from pods import signals, slurm, stopping
     from pods.stopping import StopRequested
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
@@ -128,12 +128,14 @@ def run(cfg, callbacks=()) -> dict:
     run_dir = OmegaConf.select(cfg, "run_dir", default=None)
     trainer = None
     try:
-        c = preflight(cfg)
-        stop.deadline_s = c.checkpoint.stop_deadline_s
-        # after the checks: a bad config is refused without loading the trainer's stack
-        from pods.trainer import Trainer
+        # start-up: a stop abandons it at once (what it writes is appended or replaced whole, nothing is trained)
+        with stopping.abandonable():
+            c = preflight(cfg)
+            stop.deadline_s = c.checkpoint.stop_deadline_s
+            # after the checks: a bad config is refused without loading the trainer's stack
+            from pods.trainer import Trainer
 
-        trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
+            trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
         config = Path(c.run_dir) / "config.yaml"
         if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a

@@ -94,10 +94,9 @@ class Trainer:
         # the math-verify workers start now if the data needs them
         self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)
         # the heavy part comes after every check
-        with stopping.abandonable():  # a stop signal while the weights load: nothing to save yet
-            self.model, ref = load_policy(
-                c.model, c.hardware, self.device, c.algo.beta > 0, c.update.gradient_checkpointing
-            )
+        self.model, ref = load_policy(
+            c.model, c.hardware, self.device, c.algo.beta > 0, c.update.gradient_checkpointing
+        )
         self.ref = reference_policy(self.model, ref, c.algo.beta, c.hardware.lora)
         self.dtype = resolve_dtype(c.model, c.hardware, self.device)  # the compute dtype (autocast)
         self.model = self.dist.shard_model(  # FSDP: in place

@@ -126,7 +126,7 @@ def test_a_signal_mid_phase_stops_at_once_and_the_resume_is_bitwise(
     assert_same_run(finished, d)
 
 
-def test_a_signal_while_the_model_loads_exits_at_once_with_nothing_to_save(
+def test_a_signal_during_start_up_exits_at_once_with_nothing_to_save(
     tmp_path, monkeypatch, caplog, signals_at_default
 ):
     import pods.trainer
