@@ -93,10 +93,13 @@ class StopOnSignal(Callback):
     def __init__(self):
         self.caught, self.first, self.first_at = 0, 0, 0.0
         self.run_dir = None  # known once a trainer reaches a step boundary: named by a second Ctrl-C
-        self.deadline_s = DEADLINE_S  # pods.train sets checkpoint.stop_deadline_s once the config is checked
+        # seconds the watchdog gives a stop; None: no watchdog (a handler built by hand). pods.train.run sets
+        # DEADLINE_S, then checkpoint.stop_deadline_s once the config is checked
+        self.deadline_s: float | None = None
         self.watchdog: threading.Timer | None = None
         self.snapshot = None  # the state at the current step's start (pods/stopping.py)
         self.at_once = stopping.Region.at_once = one_process()  # abandon work at once: one process only
+        stopping.Region.pending = 0  # a new run: no stop asked for yet
         self.previous = {
             s: signal.signal(s, self._note)
             for s in self.SIGNALS
@@ -120,16 +123,17 @@ class StopOnSignal(Callback):
             return
         self.first, self.first_at = signum, time.monotonic()
         again = "; press Ctrl-C again to stop at once, without saving" if signum == signal.SIGINT else ""
+        within = f" within {self.deadline_s:g} s (checkpoint.stop_deadline_s)" if self.deadline_s else ""
         log.warning(
-            "%s: stopping within %g s (checkpoint.stop_deadline_s), with the state of the last completed "
-            "step saved%s",
+            "%s: stopping%s, with the state of the last completed step saved%s",
             signal.Signals(signum).name,
-            self.deadline_s,
+            within,
             again,
         )
-        self.watchdog = threading.Timer(self.deadline_s, self._deadline_passed, (signum,))
-        self.watchdog.daemon = True
-        self.watchdog.start()
+        if self.deadline_s:
+            self.watchdog = threading.Timer(self.deadline_s, self._deadline_passed, (signum,))
+            self.watchdog.daemon = True
+            self.watchdog.start()
         if self.at_once:
             stopping.Region.pending = signum  # an abandonable region not yet entered is skipped
             if stopping.in_abandonable():
@@ -182,7 +186,7 @@ class StopOnSignal(Callback):
     def abandoned(self, trainer, run_dir) -> None:
         """StopRequested reached pods.train.run: the work under way was dropped; save the state as of the last
         completed step (none before the first step) and exit 128 + signal."""
-        signum = self.caught
+        signum = self.caught or stopping.Region.pending
         if trainer is None:  # still starting: nothing of this start to save
             self.run_dir = run_dir
             log.warning(

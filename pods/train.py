@@ -125,6 +125,7 @@ def run(cfg, callbacks=()) -> dict:
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
     stop = signals.handler()  # from here a signal stops the run within checkpoint.stop_deadline_s
+    stop.deadline_s = signals.DEADLINE_S  # checkpoint.stop_deadline_s once the config is checked
     run_dir = OmegaConf.select(cfg, "run_dir", default=None)
     trainer = None
     try:
