@@ -45,8 +45,8 @@ def sweep_jobs(params: dict, argv: list[str]) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def jobs_not_run() -> tuple[Path, int, list[list[str]]] | None:
-    """(sweep dir, this job's number, the jobs after it) in a multirun of the basic launcher, else None."""
+def jobs_not_run() -> tuple[Path, int, list[list[str]], list[list[str]]] | None:
+    """(sweep dir, this job's number, the jobs after it, every job) in a multirun of the basic launcher."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -59,7 +59,7 @@ def jobs_not_run() -> tuple[Path, int, list[list[str]]] | None:
     if hc.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     jobs = sweep_jobs(dict(hc.sweeper.get("params") or {}), sys.argv[1:])
-    return Path(hc.sweep.dir), int(hc.job.num), jobs[int(hc.job.num) + 1 :]
+    return Path(hc.sweep.dir), int(hc.job.num), jobs[int(hc.job.num) + 1 :], jobs
 
 
 def note_jobs_not_run(signum: int) -> None:
@@ -71,7 +71,7 @@ def note_jobs_not_run(signum: int) -> None:
         return
     if not found or not found[2]:
         return
-    sweep_dir, num, rest = found
+    sweep_dir, num, rest, every = found
     from pods.signals import hydra_value
 
     sweep = shlex.quote(f"hydra.sweep.dir={hydra_value(str(sweep_dir))}")
@@ -83,7 +83,9 @@ def note_jobs_not_run(signum: int) -> None:
         how = f"run them with: sh {shlex.quote(str(script))}"
     except OSError as e:
         how = f"{script} not written ({e.strerror}); run each with: python -m pods.train -m <its overrides> {sweep}"
-    shown = "; ".join(" ".join(job) or "(defaults)" for job in rest[:5]) + ("; ..." if len(rest) > 5 else "")
+    common = set.intersection(*map(set, every))  # the overrides every job shares: not shown
+    swept = [" ".join(o for o in job if o not in common) or "(defaults)" for job in rest]
+    shown = "; ".join(swept[:5]) + ("; ..." if len(rest) > 5 else "")
     log.warning(
         "multirun stopped by %s in job %d: %d job(s) not run (%s); %s",
         signal.Signals(signum).name,
