@@ -13,12 +13,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from pods.config import ConfigError, schema_error
-from pods.errors import CheckpointError, IntegrityError, PluginError
+from pods.errors import CheckpointError, IntegrityError, PluginError, RunError, file_fault
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
@@ -76,6 +77,7 @@ def one_line_errors():
         CheckpointError,
         PluginError,
         IntegrityError,
+        RunError,
     ) as e:
         error_line(str(e), type(e).__name__)
         sys.exit(2)
@@ -110,6 +112,12 @@ def run_hydra(task: Callable[[], object]) -> None:
         os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         task()
+    except yaml.YAMLError as e:  # a config file that does not parse (the run's own are read leniently)
+        print(f"pods: error: {yaml_error(e)}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a file Hydra or pods cannot read or write: its log, .hydra/, a full disk
+        print(f"pods: error: {file_fault(e)}", file=sys.stderr)
+        sys.exit(2)
     except SystemExit as e:
         # Hydra reports a config it cannot compose (unknown key, wrong type, unknown group option) and
         # exits 1; that is a config error like any other: exit 2.
@@ -121,6 +129,14 @@ def run_hydra(task: Callable[[], object]) -> None:
             raise
         print(compose_error(e), file=sys.stderr)
         sys.exit(2)
+
+
+def yaml_error(e: yaml.YAMLError) -> str:
+    """`<file>:<line>:<column>: <what> (YAML does not parse)`: the file a config group or --config-dir holds."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}" if mark else "a config file"
+    what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+    return f"{where}: the YAML does not parse ({what}); fix the file"
 
 
 def compose_error(e: Exception) -> str:

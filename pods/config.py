@@ -141,6 +141,9 @@ class RewardConfig:
     round_to_reference: bool = True  # a decimal gold answer (3.14) is matched at the places it states
     workers: int = 0  # math-verify worker processes per rank; 0: min(4, CPUs per local rank), at least 2
     batch_timeout_s: float = 30.0  # bound on grading one batch; what is left counts as timeouts; 0: none
+    # bound on one call of a reward function from a plugin (run in this process): past it the run stops, naming
+    # the reward; 0: none. pods's own rewards are bounded by timeout_s and batch_timeout_s
+    plugin_timeout_s: float = 300.0
 
     sections: dict[str, Any] = field(
         default_factory=dict
@@ -165,6 +168,7 @@ class RewardConfig:
                 "give at least one weight > 0"
             )
         positive("reward.timeout_s", self.timeout_s)
+        positive("reward.plugin_timeout_s", self.plugin_timeout_s, allow_zero=True, note=" (0 = none)")
         at_least("reward.max_chars", self.max_chars, 1)
         at_least("reward.max_answer_chars", self.max_answer_chars, 1)
         interval("reward.rel_tol", self.rel_tol, 0, 1, "[)")
@@ -484,9 +488,14 @@ class CheckpointConfig:
     every_seconds: float = 1800.0  # training-clock seconds between checkpoints (0 = off; the paper: 1800)
     keep_last: int = 2
     save_final: bool = True
+    # seconds from a stop signal to exit (pods/stopping.py): inside Slurm's and Kubernetes' 30 s grace
+    stop_deadline_s: float = 20.0
 
     def check(self) -> None:
         at_least("checkpoint.every_steps", self.every_steps, 0, " (0 = off)")
+        positive(
+            "checkpoint.stop_deadline_s", self.stop_deadline_s, note=" (keep it below the scheduler's grace)"
+        )
         positive("checkpoint.every_seconds", self.every_seconds, allow_zero=True, note=" (0 = off)")
         at_least("checkpoint.keep_last", self.keep_last, 1, " (the newest checkpoint is always kept)")
 
@@ -580,8 +589,11 @@ def settings(cfg: Any) -> TrainConfig:
     pods.components.resolve). Typed settings are returned as they are."""
     if isinstance(cfg, TrainConfig):
         return cfg
-    if not (OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is TrainConfig):
-        cfg = OmegaConf.merge(schema(), cfg)
+    try:
+        if not (OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is TrainConfig):
+            cfg = OmegaConf.merge(schema(), cfg)  # a plain container (an old spelling mapped) is typed here
+    except OmegaConfBaseException as e:  # a key added with + (`+optim.lrr=1`) that the schema lacks
+        raise ConfigError(schema_error(e)) from None
     data = OmegaConf.to_container(cfg, resolve=True)
     for g in OPEN_GROUPS:
         own = TrainConfig.__dataclass_fields__[g].default_factory.__dataclass_fields__

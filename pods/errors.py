@@ -5,8 +5,10 @@ Each message names the key, the bad value and what is allowed: `selector.m=80 mu
 
 from __future__ import annotations
 
+import errno
 import math
 import reprlib
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -49,6 +51,44 @@ class NonFiniteError(IntegrityError):
         self.what, self.detail, self.step = what, detail, step
         at = f" at step {step}" if step is not None else ""
         super().__init__(f"non-finite {what}{at}: {detail}")
+
+
+class RunError(RuntimeError):
+    """The run cannot go on for a cause outside its config: a file it cannot write (a full disk, a read-only
+    file), a reward that does not return. The message names the file or the reward and the cause, and what
+    is left intact; the command line prints it as one line (exit 2)."""
+
+
+@contextmanager
+def writing(path):
+    """Name `path` in an OSError raised while writing it: a write to an open file raises one that names none."""
+    try:
+        yield
+    except OSError as e:
+        if not e.filename:
+            e.filename = str(path)
+        raise
+
+
+_FIX = {
+    errno.ENOSPC: "free space on that disk",
+    errno.EDQUOT: "free space within your quota",
+    errno.EACCES: "make it writable",
+    errno.EPERM: "make it writable",
+    errno.EROFS: "write to a disk mounted read-write",
+}
+
+
+def file_fault(e: OSError, intact: str = "") -> RunError:
+    """The one line of any OSError a run meets (ENOSPC, EACCES, EROFS, EIO, ...): the file, the cause and
+    errno's name, what is intact (`intact`), what to do."""
+    where = e.filename if e.filename is not None else "a file of the run"
+    if e.filename2 is not None:
+        where = f"{where} -> {e.filename2}"
+    cause = e.strerror or str(e) or type(e).__name__
+    code = errno.errorcode.get(e.errno or -1, type(e).__name__)
+    fix = _FIX.get(e.errno, "fix the cause")
+    return RunError(f"{where}: {cause} ({code}){intact}; {fix}, then continue the run with resume=true")
 
 
 def choice(key: str, value: Any, allowed) -> None:

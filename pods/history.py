@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pods.errors import ConfigError
+from pods.errors import ConfigError, writing
 
 HISTORY = "history.jsonl"
 
@@ -43,6 +43,7 @@ FREE_KEYS = (
     "hardware.num_threads",  # this machine's CPU threads, grading processes and CUDA allocator
     "hardware.expandable_segments",
     "reward.workers",
+    "reward.plugin_timeout_s",  # a bound on a plugin reward's calls, not what it computes
     "rollout.batch_size",  # how rollouts are chunked into generate calls
     "update",  # the update's layout (micro-batches, buckets, kernels, FSDP units): how its passes are cut
     # and shaped, not what is optimised (algo.*, optim.*); a resume on a smaller card may need smaller ones
@@ -138,7 +139,8 @@ def append(run_dir, event: str, **fields) -> None:
         "pid": os.getpid(),
         **fields,
     }
-    with open(Path(run_dir) / HISTORY, "a") as f:
+    path = Path(run_dir) / HISTORY
+    with writing(path), open(path, "a") as f:
         f.write(json.dumps(rec, default=str) + "\n")
 
 

@@ -173,3 +173,23 @@ def settle_hardware(c: TrainConfig, device: torch.device) -> TrainConfig:
     if lora and not hardware.lora:
         hardware, update = replace(hardware, lora=True), replace(update, gradient_checkpointing=True)
     return replace(c, hardware=hardware, update=settle_update_layout(update, lora, device))
+
+
+def settle_rollout(c, device):
+    """The run's settings with rollout.hf's `auto` knobs decided for `device` (before the model loads; the
+    model's architecture from its config.json), with one log line saying which and why."""
+    from pods.rollout import RolloutSettings
+    from pods.rollout.hf import HFSettings, graph_loop
+    from pods.rollout.sizing import fast_decode
+
+    hf = c.rollout.sections.get("hf")
+    if not isinstance(hf, HFSettings) or "auto" not in (hf.decode_attention, hf.share_prefill):
+        return c
+    settings = RolloutSettings.from_config(c)
+    loop = graph_loop(settings, device)
+    arch = architecture_config(c.model.path) if loop and hf.decode_attention == "auto" else None
+    attn, share, why = fast_decode(hf, loop, c.hardware.attn_implementation, arch)
+    if c.rollout.name == "hf":
+        log.info("rollout.hf: %s", why)
+    sections = {**c.rollout.sections, "hf": replace(hf, decode_attention=attn, share_prefill=share)}
+    return replace(c, rollout=replace(c.rollout, sections=sections))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pods import checkpoint as ckpt
 from pods.errors import ConfigError
-from pods.tracking import MetricsGapError, check_metrics
+from pods.tracking import MetricsGapError, check_metrics, pods_record
 
 log = logging.getLogger("pods")
 
@@ -31,6 +31,7 @@ class Checkpointer:
     def __init__(self, run_dir: Path, dist, keep_last: int, lora: bool):
         self.root, self.metrics = Path(run_dir) / "checkpoints", Path(run_dir) / "metrics.jsonl"
         self.dist, self.keep_last, self.lora = dist, keep_last, lora
+        self.unloadable: set[str] = set()  # checkpoints that failed to load: a plan passes them over
 
     # --- saving ---------------------------------------------------------------------------------
 
@@ -79,6 +80,8 @@ class Checkpointer:
             found.insert(0, pointer)
         gap: MetricsGapError | None = None
         for path in found:
+            if str(path) in self.unloadable:
+                continue
             damage = ckpt.verify(path)  # a truncated or half-written file: never loaded
             if damage:
                 log.warning("checkpoint %s is damaged (%s); falling back to an older one", path.name, damage)
@@ -112,6 +115,7 @@ class Checkpointer:
                 "step": step,
                 "metrics_lines": meta.get("metrics_lines"),
                 "last_eval_step": last_eval,
+                "eval_pending": meta.get("eval_pending") is True,  # a stop cut its step's eval short
                 "config": meta.get("config"),  # the config it was saved under (None: an older pods)
             }
         if gap is not None:
@@ -133,6 +137,30 @@ class Checkpointer:
                 "metrics.jsonl and checkpoints/) and run without resume=true, or choose another hydra.run.dir"
             )
         return {}
+
+    def restore_intact(self, plan: dict, model, optimizer, components: dict, rank_components: dict) -> int:
+        """restore() the planned checkpoint; one that fails to load for any reason (a truncated weights file
+        of a checkpoint too old to hold checksums, a partial copy) counts as damaged: the newest intact older
+        one is planned and restored instead, with a warning naming both. `plan` is updated in place."""
+        while True:
+            try:
+                return self.restore(plan, model, optimizer, components, rank_components)
+            except Exception as e:  # noqa: BLE001 - torch, safetensors and peft raise many types
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                self.unloadable.add(plan["path"])
+                new = self.plan()  # refuses (one line) when no older checkpoint can stand in
+                if not new:
+                    why = f"{type(e).__name__}: {first}"
+                    raise ConfigError(f"checkpoint {plan['path']} cannot be loaded ({why})") from None
+                log.warning(
+                    "checkpoint %s cannot be loaded (%s: %s): treated as damaged; resuming from %s instead",
+                    plan["path"],
+                    type(e).__name__,
+                    first,
+                    new["path"],
+                )
+                plan.clear()
+                plan.update(new)
 
     def restore(self, plan: dict, model, optimizer, components: dict, rank_components: dict) -> int:
         """Load the planned checkpoint into model, optimizer and every component; returns its step."""
@@ -173,14 +201,10 @@ def count_records(path: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, -1
     for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
+        rec = pods_record(line)
+        if rec is not None:
             n += 1
-            step = rec.get("step")
-            last = max(last, step) if isinstance(step, int) else last
+            last = max(last, rec["step"])
     return n, last
 
 

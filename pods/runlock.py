@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from pods.errors import ConfigError
+from pods.errors import ConfigError, writing
 
 LOCK = "run.lock"
 REQUEUE_WAIT_S = 300.0  # a requeued Slurm job waits this long for its previous run's lock to go
@@ -78,7 +78,8 @@ def acquire(run_dir, wait_s: float | None = None) -> None:
     if key in _held:
         return
     key.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(key / LOCK):
+        fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = None
     while True:
         try:
@@ -93,10 +94,11 @@ def acquire(run_dir, wait_s: float | None = None) -> None:
                 os.close(fd)
                 raise ConfigError(busy_message(key, info)) from None
             time.sleep(0.5)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(_me()) + "\n").encode(), 0)
-    os.fsync(fd)
-    _held[key] = fd
+    _held[key] = fd  # held from here: a failed write below is released with the rest
+    with writing(key / LOCK):  # the holder's name only: a full disk leaves the lock held, the file empty
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(_me()) + "\n").encode(), 0)
+        os.fsync(fd)
 
 
 def busy_message(run_dir: Path, info: dict) -> str:

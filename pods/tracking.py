@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from pods.config import LoggerConfig, TrainConfig
+from pods.errors import writing
 from pods.naming import run_name, variant_name
 from pods.spelling import current_metrics
 
@@ -88,15 +89,26 @@ def write_run_info(
         info = {**info, "data": data, "world_size": world, "torch_threads": threads, **old}
         info.setdefault("wandb_id", uuid.uuid4().hex[:12])
         if is_main and info != old:
-            path.write_text(json.dumps(info, indent=2))
+            replace_file(path, json.dumps(info, indent=2))
         return info
     info["wandb_id"] = old.get("wandb_id") or uuid.uuid4().hex[:12]  # resume continues the same W&B run
     info["data"] = data
     info["world_size"] = world
     info["torch_threads"] = threads
     if is_main:
-        path.write_text(json.dumps(info, indent=2))
+        replace_file(path, json.dumps(info, indent=2))
     return info
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a temporary file renamed over it): a full disk leaves the old one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with writing(tmp):
+            tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 LOG_REFRESH_S = 30.0  # written to a file, not a terminal, the bar redraws at most this often
@@ -205,8 +217,14 @@ class MetricsLogger:
 
     def log(self, record: dict) -> None:
         rec = {k: _clean(v) for k, v in record.items()}
-        with open(self.path, "a") as f:  # closed per line: a killed process loses nothing it logged
-            f.write(json.dumps(rec) + "\n")
+        with writing(self.path), open(self.path, "a") as f:  # closed per line: a kill loses nothing logged
+            end = f.tell()
+            try:
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+            except OSError:
+                f.truncate(end)  # no torn line left by a full disk (best effort: the disk may refuse)
+                raise
         self.lines += 1
         if self.wandb is not None:
             try:
@@ -229,7 +247,7 @@ class MetricsLogger:
     def sync(self) -> None:
         """fsync before a checkpoint, so the metrics it covers survive even a machine crash."""
         if self.path.exists():
-            with open(self.path, "a") as f:
+            with writing(self.path), open(self.path, "a") as f:
                 os.fsync(f.fileno())
 
     def finish(self) -> None:
@@ -262,15 +280,8 @@ def check_metrics(path: Path, step: int, covered_lines: int | None = None) -> li
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     parsed: list[tuple[int, str, dict | None]] = []
     for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict):
-                raise ValueError("not a JSON object")
-        except ValueError:
-            rec = None
-        parsed.append((i, line, rec))
+        if line.strip():
+            parsed.append((i, line, pods_record(line)))
     keep, seen, problems, corrupt = [], set(), [], []
     last_covered = max((i for i, _, r in parsed if r is not None and r.get("step", 0) <= step), default=0)
     prev_step = 0
@@ -307,7 +318,7 @@ def check_metrics(path: Path, step: int, covered_lines: int | None = None) -> li
     if problems or missing:
         first = min([at for _, at, _ in problems] + missing)
         shown = corrupt if missing else [(i, line) for i, _, line in problems]  # with a gap, every bad line
-        what = "; ".join(f"line {i} does not parse ({line[:60]!r}...)" for i, line in shown[:3])
+        what = "; ".join(f"line {i} {_why(line)} ({line[:60]!r}...)" for i, line in shown[:3])
         if missing:
             runs = _ranges(missing)
             what += (
@@ -319,6 +330,25 @@ def check_metrics(path: Path, step: int, covered_lines: int | None = None) -> li
             step=max(first, 0),
         )
     return keep
+
+
+def pods_record(line: str) -> dict | None:
+    """The record a metrics.jsonl line holds, or None: a line torn by a kill, or one pods did not write (a
+    record always has a string `kind` and an integer `step`)."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    ok = isinstance(rec, dict) and isinstance(rec.get("kind"), str) and type(rec.get("step")) is int
+    return rec if ok else None
+
+
+def _why(line: str) -> str:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return "does not parse"
+    return "is not a record pods wrote"
 
 
 def _ranges(steps: list[int]) -> str:
@@ -339,11 +369,14 @@ def truncate_metrics(path: Path, step: int, covered_lines: int | None = None) ->
         return
     keep = check_metrics(path, step, covered_lines)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write("".join(x + "\n" for x in keep))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with writing(tmp), open(tmp, "w") as f:
+            f.write("".join(x + "\n" for x in keep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _count_lines(path: Path) -> int:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from pods import cli, runlock
 from pods.cli import CONF_DIR
 from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
+from pods.errors import file_fault, writing
 
 log = logging.getLogger("pods")
 register_schema()
@@ -101,10 +102,9 @@ def preflight(cfg) -> TrainConfig:
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
     # torch and transformers load only now: a config refused above costs about a second, not six
-    from pods.memory import settle_hardware
+    from pods.memory import settle_hardware, settle_rollout
     from pods.models import check_model_source, resolve_device
     from pods.rollout import RolloutSettings, backend_class
-    from pods.rollout.sizing import settle_rollout
 
     backend = backend_class(c.rollout.name)
     check_task_config(c.dataset)
@@ -121,30 +121,50 @@ def preflight(cfg) -> TrainConfig:
 def run(cfg, callbacks=()) -> dict:
     """One training run of a composed config; `callbacks` (pods/callbacks.py) join the loop's own.
     Ctrl-C and SIGTERM (and Slurm's signals in a Slurm job) end it with a checkpoint (pods/signals.py)."""
-    from pods import slurm
+    from pods import signals, slurm, stopping
+    from pods.stopping import StopRequested
 
     slurm.setup(cfg)  # in a Slurm job: a requeued job resumes; several tasks get their ranks from Slurm
-    stop = slurm.handler()  # from here a signal is noted; the loop saves and exits at a step boundary
+    stop = slurm.handler()  # from here a signal stops the run within checkpoint.stop_deadline_s
+    stop.deadline_s = signals.DEADLINE_S  # checkpoint.stop_deadline_s once the config is checked
     run_dir = OmegaConf.select(cfg, "run_dir", default=None)
+    trainer = None
     try:
-        c = preflight(cfg)
-        # after the checks: a bad config is refused without loading the trainer's stack
-        from pods.trainer import Trainer
+        # start-up: a stop abandons it at once (what it writes is appended or replaced whole, nothing is trained)
+        with stopping.abandonable():
+            c = preflight(cfg)
+            stop.deadline_s = c.checkpoint.stop_deadline_s
+            # after the checks: a bad config is refused without loading the trainer's stack
+            from pods.trainer import Trainer
 
-        trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
+            trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
         config = Path(c.run_dir) / "config.yaml"
         if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a
             # resume's changes go to history.jsonl, not here
-            OmegaConf.save(as_container(c), config)
+            with writing(config):
+                OmegaConf.save(as_container(c), config)
         with slurm.lost_rank_ends_the_job(trainer):  # several tasks: a lost node is one line, not a traceback
             final = trainer.train()
         stop.check(trainer)  # a signal during the final eval or save: the run is saved; exit as signalled
         return final
+    except StopRequested:  # rollout, reward, eval or start-up cut short: save as of the last completed step
+        stop.abandoned(trainer, run_dir)
+    except OSError as e:  # a full disk, a read-only file, ...: one line naming the file (pods/cli.py)
+        raise file_fault(e, intact_note(run_dir)) from None
     finally:
         stop.uninstall()
         if run_dir:
             runlock.release(run_dir)
+
+
+def intact_note(run_dir) -> str:
+    """What a run stopped by a file error left: its newest checkpoint (saves are atomic, records appended)."""
+    if not run_dir:
+        return ""
+    from pods.signals import latest_name
+
+    return f"; nothing saved was changed, the newest checkpoint is {latest_name(run_dir)}"
 
 
 class OutputDirCheck(Callback):
@@ -158,6 +178,8 @@ class OutputDirCheck(Callback):
                 runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
             except ConfigError as e:
                 cli.fail(str(e))
+            except OSError as e:  # run.lock on a full or read-only disk
+                cli.fail(str(file_fault(e)))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir")

@@ -23,7 +23,7 @@ import torch
 import transformers
 from omegaconf import OmegaConf
 
-from pods import history, runlock
+from pods import history, runlock, stopping
 from pods.checkpoint import RngStreams
 from pods.collect import Stages, collect
 from pods.config import TrainConfig, as_container
@@ -130,6 +130,7 @@ class Trainer:
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
         self.ckpt_every = Every(c.checkpoint.every_steps, c.checkpoint.every_seconds)
         self.step, self.last_eval_step = 0, -1  # each step is evaluated at most once
+        self.eval_pending = False  # an eval a stop cut short: the resume runs it first (pods/stopping.py)
         self.changes = self.saved_changes = 0  # records logged in all / up to the newest checkpoint
         self.counters = {"rollouts": 0, "tokens_generated": 0, "tokens_trained": 0, "prompts_skipped": 0}
         data = {"train": self.train_set.report.__dict__, "eval": self.eval_set.report.__dict__}
@@ -165,7 +166,7 @@ class Trainer:
 
     def train(self) -> dict:
         c = self.settings
-        if self.step == 0 and c.eval.at_start and self.last_eval_step != 0:
+        if (self.eval_pending or self.step == 0 and c.eval.at_start) and self.last_eval_step != self.step:
             self.evaluate()
         name, clock = self.run_info["name"], self.timer.train_clock
         bar = Progress(c.max_steps, c.max_train_time, clock, self.step, name, not self.dist.is_main)
@@ -209,8 +210,8 @@ class Trainer:
         """One step of the algorithm, a stage a line (each under its named timer)."""
         c, t = self.settings, self.timer
         t.start_step()
-        # rounds of: prefilter, rollout, reward, observe, refill
-        with autocast(self.dtype, self.device), self.guard.at(self.step + 1):
+        # rounds of: prefilter, rollout, reward, observe, refill; a stop signal abandons them (pods/stopping.py)
+        with autocast(self.dtype, self.device), self.guard.at(self.step + 1), stopping.abandonable():
             batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
         kept = self.selector(batch)  # keep m of n per prompt
@@ -252,7 +253,8 @@ class Trainer:
 
     def evaluate(self) -> dict:
         phase, weights = self.timer.phase("eval"), self.dist.full_weights(self.model)
-        with self.guard.at(self.step, "eval"), phase, autocast(self.dtype, self.device), weights:
+        at, stop = self.guard.at(self.step, "eval"), stopping.abandonable_eval(self)
+        with at, phase, autocast(self.dtype, self.device), weights, stop:
             metrics, samples = self.evaluator()
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)
@@ -313,6 +315,7 @@ class Trainer:
         with self.timer.phase("checkpoint"):
             # the config it is saved under: a resume refuses another experiment (pods/history.py)
             meta = {"last_eval_step": self.last_eval_step, "config": as_container(self.settings)}
+            meta.update({"eval_pending": True} if self.eval_pending else {})
             if self.logger:  # rank 0: the records the checkpoint covers, on disk first
                 self.logger.sync()
                 meta.update(self.logger.state_dict())
@@ -351,9 +354,12 @@ class Trainer:
         if not plan:  # Checkpointer.plan refuses when records would be lost: there are none
             log.info("resume=true: no checkpoint and no records in %s yet: starting the run", self.run_dir)
             return -1  # drop what a run killed before its first record left (a torn line)
-        self.step = self.ckpt.restore(plan, self.model, self.optimizer, self.components(), {"rng": self.rng})
+        # a checkpoint that fails to load: the newest intact one instead (`plan` updated in place)
+        self.step = self.ckpt.restore_intact(
+            plan, self.model, self.optimizer, self.components(), {"rng": self.rng}
+        )
         self.guard.after_restore(plan["path"])  # written by a pods that did not check: refused here
-        self.last_eval_step = plan["last_eval_step"]
+        self.last_eval_step, self.eval_pending = plan["last_eval_step"], plan.get("eval_pending", False)
         log.info("training clock %.1fs at step %d", self.timer.train_clock, self.step)
         self._sync_generation_weights()  # a generation copy still holds the weights from before
         return self.step

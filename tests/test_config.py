@@ -146,10 +146,10 @@ def test_bad_values_name_the_key(make_cfg, override, match):
         # siblings
         (["sampling.top_p=0"], "sampling.top_p=0.0 must be in (0, 1]"),
         (["sampling.top_p=1.5"], "sampling.top_p=1.5 must be in (0, 1]"),
-        (["rollout.batch_size=0"], "rollout.batch_size=0 must be >= 1"),
+        (["rollout.batch_size=0"], "rollout.batch_size=0 must be auto or a whole number >= 1"),
         (["eval.temperature=-1"], "eval.temperature=-1.0 must be >= 0"),
         (["eval.num_samples=0"], "eval.num_samples=0 must be >= 1"),
-        (["eval.batch_size=0"], "eval.batch_size=0 must be >= 1"),
+        (["eval.batch_size=0"], "eval.batch_size=0 must be auto or a whole number >= 1"),
         (["optim.lr=nan"], "optim.lr=nan must be a finite number"),
         (["optim.lr=0"], "optim.lr=0.0 must be > 0"),
         (["optim.warmup_ratio=1"], "optim.warmup_ratio=1.0 must be in [0, 1)"),

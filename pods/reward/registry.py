@@ -21,6 +21,7 @@ from pods.batch import Rollouts
 from pods.errors import NonFiniteError, PluginError, shown
 from pods.registry import Registry, accepted
 from pods.reward.grading import Grader
+from pods.reward.limit import call_with_limit, is_plugin
 from pods.reward.numbers import parse_number
 
 RewardFn = Callable[..., list[float]]  # fn(completions, answers, **kw) -> one float per completion
@@ -60,6 +61,7 @@ class Reward:
     grader: Grader
     settings: dict = field(default_factory=dict)  # reward name -> its own settings (a dataclass), as keywords
     correctness: str = "accuracy"  # the term whose 1.0 means correct (reward.correctness)
+    time_limit_s: float = 0.0  # bound on one call of a plugin's reward function (reward.plugin_timeout_s)
 
     def __call__(
         self,
@@ -101,7 +103,8 @@ class Reward:
         own = self.settings.get(name)
         fn = REWARDS[name]
         kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
-        vals = values(name, fn(completions, answers, **kw), len(completions))
+        limit = self.time_limit_s if is_plugin(fn) else 0.0  # pods's own are bounded by the grader
+        vals = values(name, call_with_limit(name, fn, limit, completions, answers, **kw), len(completions))
         bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None) if finite else None
         if bad is not None:  # scored as 0 it would pass for a wrong answer: the run stops (pods/guard.py)
             raise NonFiniteError(
@@ -169,7 +172,8 @@ def build_reward(reward) -> Reward:
     )
     weights = {str(k): float(v) for k, v in reward.weights.items()}
     own = {n: reward.sections[n] for n in [*weights, reward.correctness] if n in reward.sections}
-    return Reward(reward.name, weights, grader, own, reward.correctness)  # workers: Reward.prepare
+    # workers: Reward.prepare
+    return Reward(reward.name, weights, grader, own, reward.correctness, reward.plugin_timeout_s)
 
 
 def sanitize_rewards(r: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -16,14 +16,14 @@ the rows stay CPU_ROWS: measured faster there than one call of 512 (results/step
 
 `rollout.hf.decode_attention=auto` takes flex_attention over the filled cache blocks where the graph loop runs
 and the model's attention is one it can express, SDPA otherwise; `rollout.hf.share_prefill=auto` prefills each
-distinct prompt once where the graph loop runs. Both are settled before the model loads (settle_rollout), so
+distinct prompt once where the graph loop runs. Both are settled before the model loads (pods/memory.py: settle_rollout), so
 config.yaml and every checkpoint hold what ran, and one log line says which and why.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -136,23 +136,3 @@ def fast_decode(hf, graph_loop: bool, attn_implementation: str, hf_config) -> tu
     if refusal is not None:
         return "sdpa", share, f"{head} sdpa: flex cannot decode this policy: {refusal}"
     return "flex", share, f"{head} flex (graph loop; the cache blocks filled so far)"
-
-
-def settle_rollout(c, device):
-    """The run's settings with rollout.hf's `auto` knobs decided for `device` (before the model loads; the
-    model's architecture from its config.json), with one log line saying which and why."""
-    from pods.memory import architecture_config
-    from pods.rollout import RolloutSettings
-    from pods.rollout.hf import HFSettings, graph_loop
-
-    hf = c.rollout.sections.get("hf")
-    if not isinstance(hf, HFSettings) or "auto" not in (hf.decode_attention, hf.share_prefill):
-        return c
-    settings = RolloutSettings.from_config(c)
-    loop = graph_loop(settings, device)
-    arch = architecture_config(c.model.path) if loop and hf.decode_attention == "auto" else None
-    attn, share, why = fast_decode(hf, loop, c.hardware.attn_implementation, arch)
-    if c.rollout.name == "hf":
-        log.info("rollout.hf: %s", why)
-    sections = {**c.rollout.sections, "hf": replace(hf, decode_attention=attn, share_prefill=share)}
-    return replace(c, rollout=replace(c.rollout, sections=sections))
