@@ -1,7 +1,7 @@
 """The GRPO loop with PODS down-sampling and GRESO pre-rollout filtering.
 
     for each step:
-        prompts -> pre-rollout filter -> n rollouts each -> rewards -> refill    (pods/collect.py)
+        prompts -> pre-rollout filter -> n rollouts each -> rewards -> dynamic sampling    (pods/collect.py)
         keep m of n per prompt (selector)  -> advantages on the kept m
         clipped policy-gradient update (mu iterations, micro-batched)
         eval / checkpoint on the training clock
@@ -124,7 +124,7 @@ class Trainer:
             prefilter=PrefilterStage(self.prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
             rollout=RolloutStage.build(c, self.backend, train.prompts, dist, self.timer),
             reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
-            refill=DynamicSampling(c.dynamic_sampling, dist),
+            dynamic_sampling=DynamicSampling(c.dynamic_sampling, dist),
         )
         self.evaluator = Evaluator.build(c, self.backend, self.reward_fn, self.eval_set, dist)
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
@@ -209,7 +209,7 @@ class Trainer:
         """One step of the algorithm, a stage a line (each under its named timer)."""
         c, t = self.settings, self.timer
         t.start_step()
-        # rounds of: prefilter, rollout, reward, observe, refill
+        # rounds of: prefilter, rollout, reward, observe, dynamic sampling's refill
         with autocast(self.dtype, self.device), self.guard.at(self.step + 1):
             batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
@@ -294,8 +294,8 @@ class Trainer:
             "scheduler": self.scheduler,
             "sampler": self.sampler,
             "prefilter": self.prefilter,
-            "collector": self.stages.refill,  # dynamic sampling's zero-variance estimate (the key older
-            # checkpoints hold it under)
+            "dynamic_sampling": self.stages.dynamic_sampling,  # its zero-variance estimate (older checkpoints:
+            # `collector`, read as this by pods.spelling.current_components)
             "timer": self.timer,  # the training clock
             "eval_every": self.eval_every,
             "ckpt_every": self.ckpt_every,
