@@ -38,7 +38,8 @@ def collect(s: Stages, want: int, dist) -> Rollouts | None:
     parts, have = [], 0
     s.start_step()
     while s.dynamic_sampling.another_round(have, want):
-        picked = s.prefilter.draw(s.dynamic_sampling.round_size(want - have))  # (prompt id, epoch), every rank's
+        size = s.dynamic_sampling.round_size(want - have)
+        picked = s.prefilter.draw(size)  # (prompt id, epoch), every rank's
         if len(picked) < dist.world:
             break
         batch = s.rollout.generate(dist.shard([p for p, _ in picked]))  # this rank's share

@@ -107,7 +107,9 @@ def test_a_checkpoint_holding_dynamic_sampling_as_collector_resumes_bitwise(make
     shutil.copytree(two_steps, old)
     path = _state_path(old)
     st = torch.load(path, weights_only=False)
-    st["components"] = {("collector" if k == "dynamic_sampling" else k): v for k, v in st["components"].items()}
+    st["components"] = {
+        ("collector" if k == "dynamic_sampling" else k): v for k, v in st["components"].items()
+    }
     torch.save(st, path)
     meta = json.loads((path.parent / "meta.json").read_text())
     meta["files"]["trainer_state.pt"] = ckpt._digest(path)  # as the pods that wrote it checksummed it

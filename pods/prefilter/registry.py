@@ -147,3 +147,10 @@ class PrefilterStage:
             "prefilter/rollouts_avoided": float(self.skipped * self.n),
             **self.prefilter.metrics(),
         }
+
+    def state_dict(self) -> dict:
+        """The filter's state (the stage's counts are the step's): what checkpoints hold as `prefilter`."""
+        return self.prefilter.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.prefilter.load_state_dict(state)

@@ -94,7 +94,11 @@ def test_dynamic_sampling_drops_flat_groups_and_refills():
     assert all(r.max() > r.min() for r in batch.rewards)  # only groups with variance are trained on
     # round 2: ratio 0.5 * 2/5 = 0.2 -> ceil(1 / 0.8 * 1.25) = 2 prompts: 1 (flat), 11 (useful)
     m = s.metrics()
-    assert m["dynamic_sampling/rounds"] == 2 and m["dynamic_sampling/dropped_zero_var"] == 3 and m["dynamic_sampling/groups"] == 7
+    assert (
+        m["dynamic_sampling/rounds"] == 2
+        and m["dynamic_sampling/dropped_zero_var"] == 3
+        and m["dynamic_sampling/groups"] == 7
+    )
     assert s.dynamic_sampling.zero_var_ratio > 0 and s.reward.step_rewards().shape == (7, 4)
 
 
@@ -153,3 +157,27 @@ def test_a_step_whose_prompts_are_all_skipped_has_no_batch_and_still_reports():
         SelectorConfig(name="max_variance", n=4, m=2), torch.Generator(), dist, PhaseTimer()
     )
     assert selector(None) is None and selector.metrics(s.reward.step_rewards(), None) == {}
+
+
+def test_the_prefilter_stage_checkpoints_its_filters_state():
+    """What checkpoints hold under `prefilter` is the registered filter's state (the stage's counts are the
+    step's), so the Trainer checkpoints the stage and older checkpoints restore into it."""
+
+    class Counting(NoFilter):
+        seen = 0
+
+        def observe(self, prompt_ids, epoch, correct):
+            self.seen += len(prompt_ids)
+
+        def state_dict(self):
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state):
+            self.seen = state["seen"]
+
+    s, _, dist = stages(dynamic=False, prefilter=Counting(), order=[0, 4, 8, 9])
+    collect(s, 4, dist)
+    assert s.prefilter.state_dict() == {"seen": 4} == s.prefilter.prefilter.state_dict()
+    other, _, _ = stages(dynamic=False, prefilter=Counting())
+    other.prefilter.load_state_dict(s.prefilter.state_dict())
+    assert other.prefilter.prefilter.seen == 4
