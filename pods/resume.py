@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pods import checkpoint as ckpt
 from pods.errors import ConfigError
+from pods.spelling import current_components
 from pods.tracking import MetricsGapError, check_metrics, pods_record
 
 log = logging.getLogger("pods")
@@ -171,8 +172,9 @@ class Checkpointer:
         else:
             ckpt.load_weights(model, path, self.lora)
             optimizer.load_state_dict(st["optimizer"])
+        states = current_components(st["components"])  # keys an older pods saved under: today's
         for name, c in components.items():
-            c.load_state_dict(_part(st["components"], name, path))
+            c.load_state_dict(_part(states, name, path))
         ranks = st["per_rank"]
         if len(ranks) == self.dist.world:  # same number of ranks: every rank continues its own streams
             mine = ranks[self.dist.rank]
@@ -248,7 +250,7 @@ def from_v1(st: dict) -> dict:
             "scheduler": st["scheduler"],
             "sampler": st["sampler"],
             "prefilter": st["prefilter"],
-            "collector": {"zero_var_ratio": st.get("zero_var_ratio", 0.0)},
+            "dynamic_sampling": {"zero_var_ratio": st.get("zero_var_ratio", 0.0)},
             "timer": {"train_clock": st["train_clock"]},
             "eval_every": {"next_time": st["next_eval"]},
             "ckpt_every": {"next_time": st["next_ckpt"]},

@@ -137,11 +137,15 @@ def _loss_agg_to_name(algo: dict, loss: dict | None) -> dict:
 # `filter` and `selection` phases' timers and GPU peaks. Records already written under the old names
 # (results/**, its archives) are read under today's by the readers of metrics.jsonl
 # (pods.tracking.read_metrics, pods.analysis.load.read_jsonl).
+# Issue 54, item 5: dynamic sampling's counts, logged as rollout/*, are dynamic_sampling/*, and the prompts the
+# prefilter stage draws are prefilter/prompts_drawn (rollout/rollouts and rollout/tokens stay the rollout's).
 PHASES_RENAMED = (("filter", "prefilter"), ("selection", "selector"))
 RETIRED_METRICS = {
     "filter/": "prefilter/",
     **{f"timing/{old}": f"timing/{new}" for old, new in PHASES_RENAMED},
     **{f"memory/peak_{old}_gib": f"memory/peak_{new}_gib" for old, new in PHASES_RENAMED},
+    **{f"rollout/{k}": f"dynamic_sampling/{k}" for k in ("rounds", "groups", "dropped_zero_var")},
+    "rollout/prompts_drawn": "prefilter/prompts_drawn",
 }
 
 
@@ -150,6 +154,8 @@ def current_metric(name: str) -> str:
 
     >>> current_metric("timing/selection"), current_metric("filter/p_easy"), current_metric("selector/kept_reward_std")
     ('timing/selector', 'prefilter/p_easy', 'selector/kept_reward_std')
+    >>> current_metric("rollout/dropped_zero_var"), current_metric("rollout/rollouts")
+    ('dynamic_sampling/dropped_zero_var', 'rollout/rollouts')
     """
     for old, new in RETIRED_METRICS.items():
         if name == old or (old.endswith("/") and name.startswith(old)):
@@ -160,3 +166,18 @@ def current_metric(name: str) -> str:
 def current_metrics(record: dict) -> dict:
     """A metrics.jsonl record with every metric under today's name."""
     return {current_metric(k): v for k, v in record.items()}
+
+
+# checkpoint component keys that one word per stage retired (issue 54, item 5): dynamic sampling's state was
+# saved as the loop's `collector` (RolloutCollector, which held it, was split into stages by issue 41)
+RETIRED_COMPONENTS = {"collector": "dynamic_sampling"}
+
+
+def current_components(states: dict) -> dict:
+    """A checkpoint's component states under today's keys (the states themselves untouched), so that a
+    checkpoint written before a rename resumes bitwise.
+
+    >>> current_components({"collector": {"zero_var_ratio": 0.25}, "sampler": {}})
+    {'dynamic_sampling': {'zero_var_ratio': 0.25}, 'sampler': {}}
+    """
+    return {RETIRED_COMPONENTS.get(k, k): v for k, v in states.items()}

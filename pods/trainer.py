@@ -1,7 +1,7 @@
 """The GRPO loop with PODS down-sampling and GRESO pre-rollout filtering.
 
     for each step:
-        prompts -> pre-rollout filter -> n rollouts each -> rewards -> refill    (pods/collect.py)
+        prompts -> pre-rollout filter -> n rollouts each -> rewards -> dynamic sampling    (pods/collect.py)
         keep m of n per prompt (selector)  -> advantages on the kept m
         clipped policy-gradient update (mu iterations, micro-batched)
         eval / checkpoint on the training clock
@@ -43,7 +43,7 @@ from pods.models import (
 from pods.prefilter import PrefilterStage, build_prefilter
 from pods.resume import Checkpointer
 from pods.reward import RewardStage, build_reward, check_on_data
-from pods.rollout import RolloutSettings, build_generator
+from pods.rollout import RolloutSettings, build_backend
 from pods.rollout.dynamic_sampling import DynamicSampling
 from pods.rollout.stage import RolloutStage, completion_metrics
 from pods.selector.stage import SelectorStage
@@ -108,23 +108,23 @@ class Trainer:
         on_gpu = self.device.type == "cuda"
         self.timer = PhaseTimer(sync_cuda=on_gpu, peak_memory=on_gpu)
         # the rollout backend (pods/rollout/backend.py); `generator` means only a torch.Generator here
-        self.backend = build_generator(
+        self.backend = build_backend(
             RolloutSettings.from_config(c), self.model, self.tok, self.device, self.timer
         )
         self.update = UpdateStage.build(c, self.model, self.ref, self.device, self.dist)
         self.optimizer, self.scheduler = self.update.optimizer, self.update.scheduler  # what checkpoints hold
         self.guard = RunGuard(self.model, self.dist, c.optim, c.max_empty_steps)  # non-finite, empty steps
         self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
-        self.prefilter = build_prefilter(c.prefilter, c.seed)
+        prefilter = build_prefilter(c.prefilter, c.seed)  # the registered filter the prefilter stage calls
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.selector = SelectorStage(c.selector, self.select_rng, self.dist, self.timer)
         train, dist, n = self.train_set, self.dist, c.selector.n
-        self.stages = Stages(  # each built once, from its own groups
-            prefilter=PrefilterStage(self.prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
+        self.stages = Stages(  # each built once, from its own groups; the selector and update stages above
+            prefilter=PrefilterStage(prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
             rollout=RolloutStage.build(c, self.backend, train.prompts, dist, self.timer),
             reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
-            refill=DynamicSampling(c.dynamic_sampling, dist),
+            dynamic_sampling=DynamicSampling(c.dynamic_sampling, dist),
         )
         self.evaluator = Evaluator.build(c, self.backend, self.reward_fn, self.eval_set, dist)
         self.eval_every = Every(c.eval.every_steps, c.eval.every_seconds)
@@ -210,7 +210,7 @@ class Trainer:
         """One step of the algorithm, a stage a line (each under its named timer)."""
         c, t = self.settings, self.timer
         t.start_step()
-        # rounds of: prefilter, rollout, reward, observe, refill; a stop signal abandons them (pods/stopping.py)
+        # rounds of: prefilter, rollout, reward, observe, dynamic sampling's refill; a stop signal abandons them
         with autocast(self.dtype, self.device), self.guard.at(self.step + 1), stopping.abandonable():
             batch = collect(self.stages, c.algo.prompts_per_step, self.dist)  # this rank's groups
         self.step += 1
@@ -295,9 +295,9 @@ class Trainer:
         return {
             "scheduler": self.scheduler,
             "sampler": self.sampler,
-            "prefilter": self.prefilter,
-            "collector": self.stages.refill,  # dynamic sampling's zero-variance estimate (the key older
-            # checkpoints hold it under)
+            "prefilter": self.stages.prefilter,  # its filter's state (GRESO's), as before
+            "dynamic_sampling": self.stages.dynamic_sampling,  # its zero-variance estimate (older checkpoints:
+            # `collector`, read as this by pods.spelling.current_components)
             "timer": self.timer,  # the training clock
             "eval_every": self.eval_every,
             "ckpt_every": self.ckpt_every,

@@ -32,11 +32,11 @@ def upto(run: Path, t_max: float) -> dict:
         r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train" and r["train_time"] <= t_max
     ]
     total = lambda k: float(sum(r.get(k, 0) for r in train))  # noqa: E731
-    drawn, skipped = total("rollout/prompts_drawn"), total("prefilter/skipped")
+    drawn, skipped = total("prefilter/prompts_drawn"), total("prefilter/skipped")
     rolled = drawn - skipped
     return {"rollouts": total("rollout/rollouts"), "generation s": total("timing/generation"),
             "skipped share": skipped / drawn if drawn else float("nan"),
-            "effective ratio": 1 - total("rollout/dropped_zero_var") / rolled if rolled else float("nan")}  # fmt: skip
+            "effective ratio": 1 - total("dynamic_sampling/dropped_zero_var") / rolled if rolled else float("nan")}  # fmt: skip
 
 
 def paired_gap(

@@ -90,3 +90,15 @@ def test_registry_lookup_lists_the_valid_names():
         r.get_or_raise("b", "x")
     with pytest.raises(ValueError, match="already registered"):
         r.register("a")(2)
+
+
+def test_build_generator_is_build_backend_under_its_earlier_name(monkeypatch):
+    """One name for the rollout backend (issue 54): the old builder still works, with a warning."""
+    from pods.rollout import backend
+
+    monkeypatch.setattr(backend, "build_backend", lambda *a: ("built", a))
+    with pytest.warns(FutureWarning, match="build_backend"):
+        assert backend.build_generator("settings", "model", "tok", "cpu") == (
+            "built",
+            ("settings", "model", "tok", "cpu", None),
+        )

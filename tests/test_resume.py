@@ -1,5 +1,5 @@
-"""The checkpoint layout: one state per component, each rank's random streams once, the earlier layout read
-by conversion (the same next steps, bitwise), any other refused in one line."""
+"""The checkpoint layout: one state per component, each rank's random streams once, the earlier layout and
+retired component keys read by conversion (the same next steps, bitwise), any other refused in one line."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ COMPONENTS = {
     "scheduler",
     "sampler",
     "prefilter",
-    "collector",
+    "dynamic_sampling",
     "timer",
     "eval_every",
     "ckpt_every",
@@ -55,7 +55,7 @@ def test_the_checkpoint_is_a_dict_of_components_and_each_rank_streams_once(two_s
     assert set(st) == {"format", "step", "optimizer", "components", "per_rank"} and st["format"] == FORMAT
     assert set(st["components"]) == COMPONENTS
     assert st["components"]["trainer"]["counters"]["rollouts"] > 0
-    assert set(st["components"]["collector"]) == {"zero_var_ratio"}
+    assert set(st["components"]["dynamic_sampling"]) == {"zero_var_ratio"}
     assert [set(r) for r in st["per_rank"]] == [{"rng"}]  # one rank; the selection generator lives there only
     assert set(st["per_rank"][0]["rng"]) == {"global", "select"}
 
@@ -73,7 +73,7 @@ def to_v1(st: dict) -> dict:
         "train_clock": c["timer"]["train_clock"],
         "next_eval": c["eval_every"]["next_time"],
         "next_ckpt": c["ckpt_every"]["next_time"],
-        "zero_var_ratio": c["collector"]["zero_var_ratio"],
+        "zero_var_ratio": c["dynamic_sampling"]["zero_var_ratio"],
         "per_rank": [{"rng": r["rng"]["global"], "select_gen": r["rng"]["select"]} for r in st["per_rank"]],
         "rng": mine["global"],
         "step": st["step"],
@@ -95,6 +95,33 @@ def test_an_old_layout_checkpoint_resumes_to_the_same_steps_and_weights(make_cfg
     assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3, 4]
     for x, y in zip(a, b):
         assert all(x.get(k) == y.get(k) for k in SAME_RUN_KEYS), x["step"]
+    wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (new, old))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_checkpoint_holding_dynamic_sampling_as_collector_resumes_bitwise(make_cfg, two_steps, tmp_path):
+    """Checkpoints written before one word per stage (issue 54) hold dynamic sampling's state under
+    `collector`: it restores as `dynamic_sampling` (pods.spelling.current_components), to the same steps."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    shutil.copytree(two_steps, new)
+    shutil.copytree(two_steps, old)
+    path = _state_path(old)
+    st = torch.load(path, weights_only=False)
+    st["components"] = {
+        ("collector" if k == "dynamic_sampling" else k): v for k, v in st["components"].items()
+    }
+    torch.save(st, path)
+    meta = json.loads((path.parent / "meta.json").read_text())
+    meta["files"]["trainer_state.pt"] = ckpt._digest(path)  # as the pods that wrote it checksummed it
+    (path.parent / "meta.json").write_text(json.dumps(meta))
+    for d in (new, old):
+        run(make_cfg(*COMMON, "max_steps=3", "resume=true", run_dir=d))
+    a, b = (read_metrics(d / "metrics.jsonl") for d in (new, old))
+    assert [r["step"] for r in b if r["kind"] == "train"] == [1, 2, 3] and len(a) == len(b)
+    for x, y in zip(a, b):
+        assert all(x.get(k) == y.get(k) for k in SAME_RUN_KEYS), x["step"]
+    sa, sb = (torch.load(_state_path(d), weights_only=False)["components"] for d in (new, old))
+    assert sa["dynamic_sampling"] == sb["dynamic_sampling"] and "collector" not in sb
     wa, wb = (ckpt.read_weights(ckpt.latest_checkpoint(d / "checkpoints")) for d in (new, old))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 

@@ -136,7 +136,8 @@ def test_a_retired_key_in_a_users_yaml_gets_the_same_line_from_the_cli(tmp_path)
 
 
 def test_metrics_logged_under_retired_names_read_under_todays(tmp_path):
-    """Committed runs logged filter/* and timing/{filter,selection}; both readers of metrics.jsonl map them."""
+    """Committed runs logged filter/*, timing/{filter,selection} and dynamic sampling's counts and the prompts
+    drawn as rollout/*; both readers of metrics.jsonl map them (the rollout's own rollout/* stay)."""
     from pods.analysis.load import read_jsonl
     from pods.tracking import read_metrics
 
@@ -146,6 +147,11 @@ def test_metrics_logged_under_retired_names_read_under_todays(tmp_path):
         "filter/skip_rate": 0.25,
         "timing/filter": 0.1,
         "timing/selection": 0.2,
+        "rollout/rounds": 2.0,
+        "rollout/groups": 9.0,
+        "rollout/dropped_zero_var": 1.0,
+        "rollout/prompts_drawn": 9.0,
+        "rollout/rollouts": 144.0,
     }
     (tmp_path / "metrics.jsonl").write_text(json.dumps(old) + "\n")
     want = {
@@ -154,6 +160,11 @@ def test_metrics_logged_under_retired_names_read_under_todays(tmp_path):
         "prefilter/skip_rate": 0.25,
         "timing/prefilter": 0.1,
         "timing/selector": 0.2,
+        "dynamic_sampling/rounds": 2.0,
+        "dynamic_sampling/groups": 9.0,
+        "dynamic_sampling/dropped_zero_var": 1.0,
+        "prefilter/prompts_drawn": 9.0,
+        "rollout/rollouts": 144.0,
     }
     assert read_metrics(tmp_path / "metrics.jsonl") == [want] == read_jsonl(tmp_path / "metrics.jsonl")
 

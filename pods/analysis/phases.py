@@ -16,7 +16,8 @@ from pathlib import Path
 from pods.tracking import read_metrics
 
 # column -> the stage's timer; the columns keep the words of the tables already committed (results/*/phases.md),
-# which regenerate byte for byte from runs that logged timing/filter and timing/selection
+# which regenerate byte for byte from runs that logged timing/filter, timing/selection and rollout/* for what is
+# now prefilter/prompts_drawn and dynamic_sampling/dropped_zero_var (read_metrics reads them under today's names)
 PHASES = {"filter": "prefilter", "generation": "generation", "reward": "reward", "selection": "selector",
           "update": "update"}  # fmt: skip
 
@@ -27,9 +28,9 @@ def run_totals(run: Path) -> dict:
         "steps": len(train),
         "train clock s": train[-1]["train_time"] if train else 0.0,
         "rollouts": sum(r.get("rollout/rollouts", 0) for r in train),
-        "prompts drawn": sum(r.get("rollout/prompts_drawn", 0) for r in train),
+        "prompts drawn": sum(r.get("prefilter/prompts_drawn", 0) for r in train),
         "skipped before rollout": sum(r.get("prefilter/skipped", 0) for r in train),
-        "zero-var groups dropped": sum(r.get("rollout/dropped_zero_var", 0) for r in train),
+        "zero-var groups dropped": sum(r.get("dynamic_sampling/dropped_zero_var", 0) for r in train),
     }
     for column, timer in PHASES.items():
         out[f"{column} s"] = sum(r.get(f"timing/{timer}", 0.0) for r in train)

@@ -3,8 +3,7 @@ and the stage of the loop that calls it.
 
 The loop (pods/collect.py) calls `PrefilterStage.draw(k)` at the start of each round, `observe(picked,
 correct)` once the round is graded and `end_step()` at the end of the step; `metrics()` is the step's
-prefilter/* (and the prompts drawn, `rollout/prompts_drawn`, which only this stage sees). The same calls on
-every rank.
+prefilter/*, the prompts drawn (`prefilter/prompts_drawn`) among them. The same calls on every rank.
 """
 
 from __future__ import annotations
@@ -143,8 +142,15 @@ class PrefilterStage:
 
     def metrics(self) -> dict[str, float]:
         return {
-            "rollout/prompts_drawn": float(self.drawn),
+            "prefilter/prompts_drawn": float(self.drawn),
             "prefilter/skipped": float(self.skipped),
             "prefilter/rollouts_avoided": float(self.skipped * self.n),
             **self.prefilter.metrics(),
         }
+
+    def state_dict(self) -> dict:
+        """The filter's state (the stage's counts are the step's): what checkpoints hold as `prefilter`."""
+        return self.prefilter.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.prefilter.load_state_dict(state)

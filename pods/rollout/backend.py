@@ -185,7 +185,7 @@ def build(cls: type[Backend], settings: RolloutSettings, model, tokenizer, devic
     return cls.from_config(settings, model, tokenizer, device, timer)
 
 
-def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
+def build_backend(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
     """Build the backend named by rollout.name and check that it has the Generator interface."""
     name = settings.rollout.name
     gen = build(backend_class(name), settings, model, tokenizer, device, timer)
@@ -200,3 +200,12 @@ def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=N
             "(see pods.rollout.backend.Generator)"
         )
     return gen
+
+
+def build_generator(settings: RolloutSettings, model, tokenizer, device, timer=None) -> Generator:
+    """The earlier name of `build_backend` (one name for the rollout backend: issue 54); it still works, with a
+    warning."""
+    warnings.warn(
+        "pods.rollout.build_generator is build_backend now (the same arguments)", FutureWarning, stacklevel=2
+    )
+    return build_backend(settings, model, tokenizer, device, timer)

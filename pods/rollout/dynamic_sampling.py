@@ -1,10 +1,11 @@
 """Dynamic sampling (DAPO's filter, GRESO's base): after reward, drop the groups without reward variance and
 draw more prompts until the step holds `prompts_per_step` informative groups, or max_rounds have run.
 
-The loop (pods/collect.py) asks `rounds()` whether another round is due, `round_size(remaining)` how many
+The loop (pods/collect.py, where it is `Stages.dynamic_sampling`) asks `another_round()` whether another round is due, `round_size(remaining)` how many
 prompts to draw, and `refill(batch, rewards, remaining, drawn)` which of a graded round's groups to keep.
-Off, there is one round and every group is kept. Its state (the running zero-variance ratio that sizes the
-rounds) goes into checkpoints.
+Off, there is one round and every group is kept. `metrics()` is the step's dynamic_sampling/* (runs logged
+before issue 54 wrote them as rollout/*: pods/spelling.py reads those). Its state (the running zero-variance
+ratio that sizes the rounds) goes into checkpoints under `dynamic_sampling`.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ class DynamicSampling:
 
     def metrics(self) -> dict[str, float]:
         return {
-            "rollout/rounds": float(self.rounds),
-            "rollout/groups": float(self.groups),
-            "rollout/dropped_zero_var": float(self.dropped),
+            "dynamic_sampling/rounds": float(self.rounds),
+            "dynamic_sampling/groups": float(self.groups),
+            "dynamic_sampling/dropped_zero_var": float(self.dropped),
         }
 
     def state_dict(self) -> dict:

@@ -35,12 +35,16 @@ def test_means_over_seeds_of_run_totals(tmp_path, capsys):
 
 
 def test_runs_logged_before_one_word_per_stage_read_the_same(tmp_path, capsys):
-    """filter/* and the filter and selection timers (results/** logged them) count as prefilter and selector."""
-    old = {"filter/skipped": 2, "timing/filter": 0.125, "timing/selection": 0.5, "rollout/rollouts": 8}
-    new = {"prefilter/skipped": 2, "timing/prefilter": 0.125, "timing/selector": 0.5, "rollout/rollouts": 8}
+    """filter/*, the filter and selection timers and rollout/{prompts_drawn, dropped_zero_var} (results/** logged
+    them) count as prefilter/*, the prefilter and selector timers and dynamic_sampling/dropped_zero_var."""
+    old = {"filter/skipped": 2, "timing/filter": 0.125, "timing/selection": 0.5, "rollout/rollouts": 8,
+           "rollout/prompts_drawn": 3, "rollout/dropped_zero_var": 1}  # fmt: skip
+    new = {"prefilter/skipped": 2, "timing/prefilter": 0.125, "timing/selector": 0.5, "rollout/rollouts": 8,
+           "prefilter/prompts_drawn": 3, "dynamic_sampling/dropped_zero_var": 1}  # fmt: skip
     tables = []
     for name, step in (("old", old), ("new", new)):
         _run(tmp_path / name / "greso-n16-m16-s1", [step])
         main([str(tmp_path / name)])
         tables.append(capsys.readouterr().out)
     assert tables[0] == tables[1] and "| 2.00 |" in tables[0] and "| 0.12 |" in tables[0]
+    assert "| 3.00 | 2.00 | 1.00 |" in tables[0]  # prompts drawn, skipped before rollout, zero-var dropped

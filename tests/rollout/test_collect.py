@@ -67,7 +67,7 @@ def stages(dynamic: bool, prefilter=None, order=None, reward_fn=reward):
         prefilter=PrefilterStage(prefilter or NoFilter(), sampler, 4, len(PROMPTS), dist, timer),
         rollout=RolloutStage(backend, SamplingConfig(0.7, 0.9, 5), 4, False, PROMPTS, dist, timer),
         reward=RewardStage(reward_fn, PROMPTS, ["1"] * 16, rows, dist, timer),
-        refill=DynamicSampling(ds, dist),
+        dynamic_sampling=DynamicSampling(ds, dist),
     )
     return s, backend, dist
 
@@ -81,9 +81,9 @@ def test_one_round_returns_the_batch_with_rewards_correctness_and_sampling():
     assert batch.sampling == Sampling(0.7, 0.9, 5)
     assert backend.calls == [([0, 4, 8, 9], 4, 0.7, 0.9, 5, False)]
     m = s.metrics()
-    assert (m["rollout/rounds"], m["rollout/prompts_drawn"], m["rollout/rollouts"]) == (1, 4, 16)
-    assert m["rollout/dropped_zero_var"] == 0 and m["prefilter/skipped"] == 0
-    assert m["reward/mean"] == 0.5 and m["rollout/groups"] == 4 and m["reward/accuracy"] == 0.5
+    assert (m["dynamic_sampling/rounds"], m["prefilter/prompts_drawn"], m["rollout/rollouts"]) == (1, 4, 16)
+    assert m["dynamic_sampling/dropped_zero_var"] == 0 and m["prefilter/skipped"] == 0
+    assert m["reward/mean"] == 0.5 and m["dynamic_sampling/groups"] == 4 and m["reward/accuracy"] == 0.5
 
 
 def test_dynamic_sampling_drops_flat_groups_and_refills():
@@ -94,8 +94,12 @@ def test_dynamic_sampling_drops_flat_groups_and_refills():
     assert all(r.max() > r.min() for r in batch.rewards)  # only groups with variance are trained on
     # round 2: ratio 0.5 * 2/5 = 0.2 -> ceil(1 / 0.8 * 1.25) = 2 prompts: 1 (flat), 11 (useful)
     m = s.metrics()
-    assert m["rollout/rounds"] == 2 and m["rollout/dropped_zero_var"] == 3 and m["rollout/groups"] == 7
-    assert s.refill.zero_var_ratio > 0 and s.reward.step_rewards().shape == (7, 4)
+    assert (
+        m["dynamic_sampling/rounds"] == 2
+        and m["dynamic_sampling/dropped_zero_var"] == 3
+        and m["dynamic_sampling/groups"] == 7
+    )
+    assert s.dynamic_sampling.zero_var_ratio > 0 and s.reward.step_rewards().shape == (7, 4)
 
 
 def test_prefilter_skips_are_counted_and_never_generated():
@@ -107,7 +111,7 @@ def test_prefilter_skips_are_counted_and_never_generated():
     batch = collect(s, 4, dist)
     m = s.metrics()
     assert (
-        batch.prompt_ids == [1, 3, 5, 7] and m["prefilter/skipped"] == 4 and m["rollout/prompts_drawn"] == 8
+        batch.prompt_ids == [1, 3, 5, 7] and m["prefilter/skipped"] == 4 and m["prefilter/prompts_drawn"] == 8
     )
     assert m["prefilter/rollouts_avoided"] == 16
     assert all(p % 2 for call in backend.calls for p in call[0])
@@ -148,8 +152,32 @@ def test_a_step_whose_prompts_are_all_skipped_has_no_batch_and_still_reports():
     s, backend, dist = stages(dynamic=False, prefilter=SkipAll())
     assert collect(s, 4, dist) is None and backend.calls == []
     m = s.metrics()
-    assert m["prefilter/skipped"] == m["rollout/prompts_drawn"] == 20 * 4 + 16  # the step's draw budget
+    assert m["prefilter/skipped"] == m["prefilter/prompts_drawn"] == 20 * 4 + 16  # the step's draw budget
     selector = SelectorStage(
         SelectorConfig(name="max_variance", n=4, m=2), torch.Generator(), dist, PhaseTimer()
     )
     assert selector(None) is None and selector.metrics(s.reward.step_rewards(), None) == {}
+
+
+def test_the_prefilter_stage_checkpoints_its_filters_state():
+    """What checkpoints hold under `prefilter` is the registered filter's state (the stage's counts are the
+    step's), so the Trainer checkpoints the stage and older checkpoints restore into it."""
+
+    class Counting(NoFilter):
+        seen = 0
+
+        def observe(self, prompt_ids, epoch, correct):
+            self.seen += len(prompt_ids)
+
+        def state_dict(self):
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state):
+            self.seen = state["seen"]
+
+    s, _, dist = stages(dynamic=False, prefilter=Counting(), order=[0, 4, 8, 9])
+    collect(s, 4, dist)
+    assert s.prefilter.state_dict() == {"seen": 4} == s.prefilter.prefilter.state_dict()
+    other, _, _ = stages(dynamic=False, prefilter=Counting())
+    other.prefilter.load_state_dict(s.prefilter.state_dict())
+    assert other.prefilter.prefilter.seen == 4

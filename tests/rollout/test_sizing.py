@@ -119,12 +119,12 @@ def test_a_direct_build_settles_auto_itself(make_cfg):
     from transformers import AutoTokenizer
 
     from pods.components import checked as settings
-    from pods.rollout import RolloutSettings, build_generator
+    from pods.rollout import RolloutSettings, build_backend
 
     tok = AutoTokenizer.from_pretrained(HEADLINE)
     model = random_qwen2(vocab=len(tok), hidden=64, heads=4, kv_heads=2)
     rs = RolloutSettings.from_config(settings(make_cfg("hardware=cpu", "rollout.hf.compile=true")))
-    gen = build_generator(rs, model, tok, torch.device("cpu"))  # the graph loop, eager on a CPU
+    gen = build_backend(rs, model, tok, torch.device("cpu"))  # the graph loop, eager on a CPU
     assert (gen.decode_attention, gen.share_prefill, gen.batch_size) == ("flex", True, sizing.CPU_ROWS)
 
 
@@ -135,13 +135,13 @@ def test_headline_greedy_tokens_with_the_defaults_on_cuda(headline, make_cfg):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from pods.components import checked as settings
-    from pods.rollout import RolloutSettings, build_generator
+    from pods.rollout import RolloutSettings, build_backend
     from tests.rollout.conftest import SUMS
 
     model, tok = headline
     rs = RolloutSettings.from_config(settings(make_cfg("model=headline", "hardware=gpu", "model.max_prompt_len=128",
                                                        "model.max_completion_len=96")))  # fmt: skip
-    gen = build_generator(rs, model.to("cuda"), tok, torch.device("cuda"))
+    gen = build_backend(rs, model.to("cuda"), tok, torch.device("cuda"))
     assert (gen.decode_attention, gen.share_prefill) == ("flex", True) and gen.batch_size >= 1024
     print("rollout.batch_size=auto on CUDA:", gen.decisions["rollout.batch_size"]["why"])
     torch.manual_seed(3)
