@@ -7,6 +7,7 @@ phase also records its peak allocated memory (memory/peak_<phase>_gib).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections import defaultdict
@@ -154,3 +155,13 @@ class Every:
         resume): then the next point of the new grid, set at the next due()."""
         same = state.get("seconds", self.seconds) == self.seconds  # checkpoints of older pods: no period
         self.next_time = state["next_time"] if same else None
+
+
+def freeze_heap() -> None:
+    """Collect, then move every object alive now (model, tokenizer, compiled graphs, data) to Python's
+    permanent generation: later full garbage collections skip them. Without it a full collection that fell
+    inside an update cost 0.58 s, 2.5x the update (0.5B LoRA on an H100, issue 18); cycles among the frozen
+    objects are not collected while frozen: this runs once the setup's garbage is gone, and
+    Trainer.train unfreezes when its loop ends."""
+    gc.collect()
+    gc.freeze()
