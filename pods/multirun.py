@@ -9,6 +9,7 @@ Other launchers (Slurm's submitit, joblib) start every job on its own: a signal 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import shlex
@@ -18,8 +19,8 @@ from pathlib import Path
 
 log = logging.getLogger("pods")
 SCRIPT = "jobs_not_run.sh"
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_LAUNCHER = "core_plugins.basic_launcher.BasicLauncher"  # the end of Hydra's _target_ (a name only)
+BASIC_SWEEPER = "core_plugins.basic_sweeper.BasicSweeper"
 _VALUED_FLAGS = ("-cn", "-cp", "-cd", "--config-name", "--config-path", "--config-dir")
 
 
@@ -37,13 +38,17 @@ def sweep_arguments(argv: list[str]) -> list[str]:
 
 
 def sweep_jobs(params: dict, argv: list[str]) -> list[list[str]]:
-    """Every job of the basic sweeper, in its order: each a list of overrides (Hydra's own expansion)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """Every job of the basic sweeper, in its order: each a list of overrides. The basic sweeper's expansion, by
+    Hydra's public parser: the cartesian product of each override's values (a sweep's, or the one it sets)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     args = [f"{k}={v}" for k, v in (params or {}).items()] + sweep_arguments(argv)
-    overrides = OverridesParser.create().parse_overrides(args)
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    axes: dict[str, list[str]] = {}  # key -> its values; a key given again replaces its values in place
+    for o in OverridesParser.create().parse_overrides(args):
+        key = o.get_key_element()
+        values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        axes[key] = [f"{key}={v}" for v in values]
+    return [list(job) for job in itertools.product(*axes.values())]
 
 
 def jobs_not_run() -> tuple[Path, int, list[list[str]], list[list[str]]] | None:
@@ -55,9 +60,9 @@ def jobs_not_run() -> tuple[Path, int, list[list[str]], list[list[str]]] | None:
         hc = HydraConfig.get()
     except Exception:  # noqa: BLE001 - not under Hydra
         return None
-    if hc.mode != RunMode.MULTIRUN or hc.launcher.get("_target_") != BASIC_LAUNCHER:
+    if hc.mode != RunMode.MULTIRUN or not str(hc.launcher.get("_target_")).endswith(BASIC_LAUNCHER):
         return None
-    if hc.sweeper.get("_target_") != BASIC_SWEEPER:
+    if not str(hc.sweeper.get("_target_")).endswith(BASIC_SWEEPER):
         return None
     jobs = sweep_jobs(dict(hc.sweeper.get("params") or {}), sys.argv[1:])
     return Path(hc.sweep.dir), int(hc.job.num), jobs[int(hc.job.num) + 1 :], jobs

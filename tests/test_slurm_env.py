@@ -111,6 +111,7 @@ def handler(job):
     cb = slurm.RequeueOnSignal()
     installed_before = dict(cb.previous)  # the tests replace cb.previous's entries
     yield cb
+    cb.uninstall()  # a stop it noted must not reach the next test's run (pods/stopping.py's Region)
     for s, previous in installed_before.items():
         signal.signal(s, previous)
 

@@ -108,7 +108,7 @@ def fall(curve: np.ndarray, tail: int = 3) -> float:
     mean of `tail` consecutive checkpoints): 0 for a curve that ends at its best (results/greso_v1/PLAN.md (iii)).
 
     >>> round(fall(np.array([0.40, 0.42, 0.44, 0.46, 0.45, 0.44, 0.43])), 3), fall(np.array([0.1, 0.2, 0.3, 0.4]))
-    (0.013, 0.0)
+    (0.01, 0.0)
     """
     y = np.asarray(curve, dtype=float)
     best = np.convolve(y, np.ones(tail) / tail, mode="valid").max()

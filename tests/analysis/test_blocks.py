@@ -96,7 +96,9 @@ def test_sign_flip_pvalue_against_brute_force():
     rng = np.random.default_rng(3)
     for n in (1, 5, 9):
         d = rng.normal(0.02, 0.05, n)
-        brute = np.mean([abs(np.dot(s, d)) >= abs(d.sum()) * (1 - 1e-12) for s in patterns((1, -1), repeat=n)])
+        brute = np.mean(
+            [abs(np.dot(s, d)) >= abs(d.sum()) * (1 - 1e-12) for s in patterns((1, -1), repeat=n)]
+        )
         assert sign_flip_pvalue(d) == pytest.approx(brute)
         assert sign_flip_pvalue(d, chunk=3) == pytest.approx(brute)
     assert sign_flip_pvalue(np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])) == pytest.approx(2 / 64)

@@ -89,7 +89,10 @@ def test_step_ratio_read_on_runs_timed_alone(tmp_path):
     write_run(tmp_path / "s/p1", "max_variance-n64-m16", 1, 1e-6, rise, 1.5, 0.3)  # shared: 1.5x
     write_run(tmp_path / "a/g1", "none-n16-m16", 1, 1e-6, [0.5], 0.10, 0.5)
     write_run(tmp_path / "a/p1", "max_variance-n64-m16", 1, 1e-6, [0.5], 0.13, 0.3)  # alone: 1.3x
-    runs, alone = group_by_config(tmp_path / "s", "optim.lr")["1e-06"], group_by_config(tmp_path / "a", "optim.lr")
+    runs, alone = (
+        group_by_config(tmp_path / "s", "optim.lr")["1e-06"],
+        group_by_config(tmp_path / "a", "optim.lr"),
+    )
     crit = Criteria(max_step_ratio=1.35)
     shared = check_candidate(runs, 10, 40, crit)
     assert shared["step_ratio"] == pytest.approx(1.5) and not shared["iv"]

@@ -205,4 +205,6 @@ def test_the_selector_stage_keeps_m_of_n_and_reports_the_kept_against_all():
     assert kept.rewards.tolist() == [[0.0, 1.0], [0.0, 1.0]]  # the largest variance in each group
     m = stage.metrics(rewards, kept)
     assert m["selector/kept_reward_mean"] == m["selector/all_reward_mean"] == 0.5
-    assert m["selector/kept_group_var"] == 0.25 and m["selector/all_group_var"] == 0.1875  # population variances
+    assert (
+        m["selector/kept_group_var"] == 0.25 and m["selector/all_group_var"] == 0.1875
+    )  # population variances
