@@ -12,7 +12,8 @@ rows as at 1,024. So on a GPU `rollout.batch_size=auto` (the default) sizes a ca
 
 The update's activations are not counted: the graph loop frees its caches before the update
 (`rollout.hf.release_cache`, on); with it off they are reserved too. A number set in the config wins. On a CPU
-the rows stay CPU_ROWS: measured faster there than one call of 512 (results/step_cost/cpu_batch.md).
+the rows stay CPU_ROWS, the earlier default, so a CPU run draws what it drew before (`scripts/bench_cpu_batch.py`
+compares 128, 256 and 512 rows a call; not yet run to the end on this project's loaded CPU machine).
 
 `rollout.hf.decode_attention=auto` takes flex_attention over the filled cache blocks where the graph loop runs
 and the model's attention is one it can express, SDPA otherwise; `rollout.hf.share_prefill=auto` prefills each
@@ -29,7 +30,7 @@ import torch
 
 log = logging.getLogger("pods")
 
-CPU_ROWS = 256  # rows per generate call on a CPU (the earlier default; see the module docstring)
+CPU_ROWS = 256  # rows per generate call on a CPU: the earlier default (see the module docstring)
 MAX_ROWS = 8192  # at most this many rows a call: one CUDA graph capture per row count, and bounded waits
 RESERVE_BYTES = 1 << 30  # kept free beside the estimate: the allocator's blocks, cuBLAS workspaces, graphs
 
@@ -89,7 +90,9 @@ def choose_rows(
     """rollout.batch_size=auto: rows per generate call for this device (see the module docstring)."""
     device = torch.device(device)
     if device.type != "cuda":
-        return RowChoice(CPU_ROWS, f"{device.type}: {CPU_ROWS}, the fastest measured on a CPU")
+        return RowChoice(
+            CPU_ROWS, f"{device.type}: {CPU_ROWS}, the earlier default (a CPU run draws as before)"
+        )
     total = torch.cuda.get_device_properties(device).total_memory
     held = torch.cuda.memory_allocated(device)
     # free on the card, plus what this process's allocator holds cached but unused (its to reuse): the driver
