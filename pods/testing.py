@@ -64,6 +64,17 @@ def _takes(fn: Callable, position: int, name: str, what: str) -> None:
     raise AssertionError(f"{what}: takes ({have}); the loop passes {name!r} as argument {position + 1}")
 
 
+def reward_cases(P: int, n: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """(P, n) rewards a selector or an advantage estimator must handle: continuous, binary, all equal, and offset
+    far from 0 in float64 (drawn from `g` in that order)."""
+    return {
+        "continuous": torch.rand(P, n, generator=g),
+        "binary": (torch.rand(P, n, generator=g) > 0.5).float(),
+        "constant": torch.full((P, n), 0.5),
+        "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
+    }
+
+
 def check_selector(
     selector: str | Callable, P: int = 6, n: int = 8, m: int = 3, seed: int = 0, settings=None
 ) -> None:
@@ -79,12 +90,7 @@ def check_selector(
     settings = settings if settings is not None else _default_settings(SELECTORS, selector)
     _takes(fn, 2, "generator", "selector")  # fn(rewards, m, generator, **settings)
     g = torch.Generator().manual_seed(seed)
-    cases = {
-        "continuous": torch.rand(P, n, generator=g),
-        "binary": (torch.rand(P, n, generator=g) > 0.5).float(),
-        "constant": torch.full((P, n), 0.5),
-        "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
-    }
+    cases = reward_cases(P, n, g)
     lengths = torch.randint(1, 50, (P, n), generator=g)
     context = {
         "lengths": lengths,
@@ -268,12 +274,7 @@ def check_advantage(
     settings = settings if settings is not None else _default_settings(ADVANTAGES, advantage)
     _takes(fn, 0, "rewards", "advantage")
     g = torch.Generator().manual_seed(seed)
-    cases = {
-        "continuous": torch.rand(P, n, generator=g),
-        "binary": (torch.rand(P, n, generator=g) > 0.5).float(),
-        "constant": torch.full((P, n), 0.5),
-        "offset": 1e6 + torch.rand(P, n, generator=g, dtype=torch.float64),
-    }
+    cases = reward_cases(P, n, g)
     for case, all_rewards in cases.items():
         kept = all_rewards[:, :m].clone()
         before = (kept.clone(), all_rewards.clone())
