@@ -95,11 +95,12 @@ class RunGuard:
             )
         if not math.isfinite(loss):
             raise NonFiniteError("loss", f"update/loss={loss} ({self.hint()}); the run stops here", step)
+        hint = self.hint()
         self._weights_finite(
-            "the norm of {} is not finite after the optimizer step ("
-            + self.hint()
-            + ": too large a step?); no "
-            "checkpoint is written from it",
+            lambda name: (
+                f"the norm of {name} is not finite after the optimizer step ({hint}: too large a step?); "
+                "no checkpoint is written from it"
+            ),
             step,
         )
 
@@ -139,19 +140,20 @@ class RunGuard:
 
     def before_save(self, step: int) -> None:
         """Never write a checkpoint from non-finite weights."""
-        self._weights_finite("{} before the checkpoint of step " + str(step) + "; not saved", step)
+        self._weights_finite(lambda name: f"{name} before the checkpoint of step {step}; not saved", step)
 
     def after_restore(self, path: str) -> None:
         """A checkpoint written with non-finite weights (by a pods that did not check) cannot be resumed."""
         self._weights_finite(
-            "checkpoint "
-            + path
-            + " holds them ({}); resume from an older checkpoint (move this one aside) or "
-            "start the run over"
+            lambda name: (
+                f"checkpoint {path} holds them ({name}); resume from an older checkpoint (move this one "
+                "aside) or start the run over"
+            )
         )
 
-    def _weights_finite(self, detail: str, step: int | None = None) -> None:
-        """NonFiniteError("weights", detail with the first non-finite parameter's name in its `{}`), if any."""
+    def _weights_finite(self, detail, step: int | None = None) -> None:
+        """NonFiniteError("weights", detail(name)) for the first non-finite parameter's name, if there is one (a
+        function, not a format string: a checkpoint's path may hold braces)."""
         name = nonfinite_param(self.model, self.dist)
         if name is not None:
-            raise NonFiniteError("weights", detail.format(name), step)
+            raise NonFiniteError("weights", detail(name), step)
