@@ -168,16 +168,20 @@ class StopOnSignal(Callback):
         signum = self.caught or stopping.Region.pending
         if trainer is None:  # still starting: nothing of this start to save
             self.run_dir = run_dir
-            log.warning(
-                "%s during start-up: exiting before the first step; newest checkpoint: %s; run again with: %s",
-                signal.Signals(signum).name,
-                latest_name(run_dir),
-                resume_command(run_dir),
-            )
+            self.after_start_up(run_dir, signum)
             multirun.note_jobs_not_run(signum)
             sys.exit(128 + signum)
         stopping.settle(trainer, self.snapshot)
         self.stopped(trainer, signum)
+
+    def after_start_up(self, run_dir, signum: int) -> None:
+        """A stop during start-up (one process: only then is start-up abandoned): say how to go on."""
+        log.warning(
+            "%s during start-up: exiting before the first step; newest checkpoint: %s; run again with: %s",
+            signal.Signals(signum).name,
+            latest_name(run_dir),
+            resume_command(run_dir),
+        )
 
     def stopped(self, trainer, signum: int) -> None:
         """The run is saved: say so, note it in history.jsonl, name a multirun's jobs not run, exit."""

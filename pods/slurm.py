@@ -35,7 +35,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pods.errors import ConfigError
-from pods.signals import StopOnSignal
+from pods.signals import StopOnSignal, latest_name
 
 log = logging.getLogger("pods")
 
@@ -149,10 +149,21 @@ class RequeueOnSignal(StopOnSignal):
         then = "requeueing the job" if signum == signal.SIGUSR2 else "exiting; Slurm requeues a preempted job"
         log.warning("%s at step %d: checkpoint saved in %s; %s", name, trainer.step, trainer.run_dir, then)
         if signum == signal.SIGUSR2:
-            self._requeue(trainer)
+            self._requeue(trainer.dist.is_main)
         # then StopOnSignal exits 128 + signum. SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends it
 
-    def _requeue(self, trainer) -> None:
+    def after_start_up(self, run_dir, signum: int) -> None:
+        """The time-limit warning during start-up (slow imports or model loading): nothing to save, but the job
+        must come back as after a save, else it is lost. Only a run of one process abandons its start-up."""
+        if signum != signal.SIGUSR2:
+            return super().after_start_up(run_dir, signum)
+        log.warning(
+            "SIGUSR2 during start-up: exiting before the first step (newest checkpoint: %s); requeueing the job",
+            latest_name(run_dir),
+        )
+        self._requeue(True)
+
+    def _requeue(self, is_main: bool) -> None:
         """Requeue this job: submitit's handler under submitit (it updates its pickle, runs `scontrol requeue`
         on rank 0 and exits), else `scontrol requeue` from rank 0 (a plain sbatch script). A refused requeue
         is not an error of the run: Slurm may be requeueing the job already (a preemption or `scontrol
@@ -161,7 +172,7 @@ class RequeueOnSignal(StopOnSignal):
         try:
             if callable(previous):
                 previous(signal.SIGUSR2, None)
-            elif trainer.dist.is_main:
+            elif is_main:
                 cmd = ["scontrol", "requeue", this_job()]
                 subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:

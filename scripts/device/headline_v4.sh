@@ -51,7 +51,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
   SETTINGS=("${SETTINGS[@]:0:2}"); PILOT_GRPO=$((PILOT_SEED0 + 1))-$((PILOT_SEED0 + 2))
   # 64 training rows (not the file's 20,000), one prompt a step, 12 new tokens: the same runs and reads at a
   # fraction of the CPU time (the per-seed checks need 5 evals), and the PODS run alone reaches step 3 in ALONE_S
-  EVAL="dataset.train_size=64 dataset.eval_size=16 rollout.batch_size=64 model.max_completion_len=12"; PPS=1
+  # (v4's rollout.batch_size=64 here; headline v5's HV_BATCHES="" leaves the sizes to the defaults, as on a GPU)
+  EVAL="dataset.train_size=64 dataset.eval_size=16 model.max_completion_len=12 ${HV_BATCHES-rollout.batch_size=64}"; PPS=1
 else
   source scripts/device/setup.sh || exit 1
   if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a IDS <<< "$CUDA_VISIBLE_DEVICES"

@@ -185,9 +185,12 @@ from tests.conftest import compose_cfg
 
 @register_reward("stubborn")
 def stubborn(completions, answers, **kw):  # swallows every exception, the stop's too: only the watchdog ends it
-    print("hanging", flush=True)
+    said = False
     while True:
-        try:
+        try:  # "hanging" from inside: a signal right after it lands here too
+            if not said:
+                said = True
+                print("hanging", flush=True)
             time.sleep(600)
         except BaseException:
             pass
@@ -209,7 +212,7 @@ def test_the_deadline_watchdog_ends_a_run_that_cannot_stop(tmp_path):
         [sys.executable, "-c", WATCHDOG, str(d), *over], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_default_dispositions,
     )  # fmt: skip
-    assert proc.stdout.readline() == "hanging\n"  # in the reward of the at-start eval
+    assert proc.stdout.readline() == "hanging\n"  # in the reward's start-up call (pods/reward/preflight.py)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=120)[1]

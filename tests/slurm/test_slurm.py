@@ -259,3 +259,44 @@ def test_a_time_limit_signal_during_a_requeue_ends_the_job_in_one_line(tmp_path)
         text
     )
     assert "Traceback" not in text, text[-3000:]
+
+
+# A job whose time-limit signal comes while it is still starting (slow imports, a slow model load): nothing is
+# trained yet, so nothing is saved, but the job must requeue itself as after a save, or it is lost. A plain
+# sbatch job (no submitit): pods's own `scontrol requeue`.
+START_UP = """
+import logging, os, signal, sys, time
+if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0):
+    print("back after the requeue", flush=True)
+    sys.exit(0)
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+sys.path.insert(0, os.getcwd())  # sbatch --chdir: the repository's root
+from pods import slurm, stopping
+cb = slurm.RequeueOnSignal()
+try:
+    with stopping.abandonable():  # pods.train.run's start-up
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(60)
+except stopping.StopRequested:
+    cb.abandoned(None, sys.argv[1])
+"""
+
+
+def test_a_time_limit_signal_during_start_up_requeues_the_job(tmp_path):
+    script, out = tmp_path / "start_up.py", tmp_path / "start_up.out"
+    script.write_text(START_UP)
+    sbatch = ["sbatch", "--parsable", "--requeue", "-p", "debug", "-c", "1", "--mem=1G", f"--chdir={ROOT}",
+              f"--output={out}", "--open-mode=append", f"--wrap={sys.executable} {script} {tmp_path / 'run'}"]  # fmt: skip
+    job = subprocess.run(sbatch, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and "back after the requeue" not in (
+            out.read_text() if out.exists() else ""
+        ):
+            time.sleep(0.5)
+    finally:
+        subprocess.run(["scancel", job], check=False, capture_output=True)
+    text = out.read_text() if out.exists() else ""
+    assert "SIGUSR2 during start-up: exiting before the first step (newest checkpoint: no checkpoint); " \
+        "requeueing the job" in text, text[-3000:]  # fmt: skip
+    assert "back after the requeue" in text, text[-3000:]
