@@ -1,9 +1,8 @@
 """scripts/device/headline_v4.sh under SMOKE=1 on the CPU: a confirmatory call as headline v5 makes it
 (scripts/device/headline_v5.sh: today's default generate-call sizes), its one-line refusals of bad input before
-any run, and (PODS_PILOT_SMOKE=1 only: v4's pilot is decided and v5 has none) the whole pilot."""
+any run, and (PODS_DECIDED_SMOKE=1 only: v4's pilot is decided and v5 has none) the whole pilot."""
 
 import json
-import os
 import re
 import subprocess
 import tarfile
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import script_env
+from tests.conftest import DECIDED_SMOKE, script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = re.search(r"^POLICY_SHA256=(\w+)$", (ROOT / "results/headline_v3/frozen.env").read_text(), re.M).group(
@@ -53,10 +52,7 @@ def test_a_frozen_setting_naming_another_policy_is_refused(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.skipif(
-    os.environ.get("PODS_PILOT_SMOKE") != "1",
-    reason="v4's pilot (8 CPU runs, about 6 CPU-min on the 2-core machine in 2026-11) runs with PODS_PILOT_SMOKE=1",
-)
+@DECIDED_SMOKE
 def test_smoke_pilot(tmp_path):
     r = run(tmp_path, "pilot", EXTRA="rollout.hf.share_prefill=false")  # an extra override reaches every run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -2,7 +2,7 @@
 CPU (SMOKE=1: one prompt, 8 new tokens, a few seconds of training clock): the pair alone at two rollout batch
 sizes, the host-work A/B, and the confirm calls' packing (on the device 2 GRPO + 2 PODS runs a GPU at both batch
 sizes; under SMOKE one of each at the smaller). The device tool returns at most 8 files, so $OUT must hold only the table and
-one archive."""
+one archive. The cache and flex parts (issue 38, decided) run with PODS_DECIDED_SMOKE=1 (tests/conftest.py)."""
 
 import re
 import subprocess
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import script_env
+from tests.conftest import DECIDED_SMOKE, script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +52,7 @@ def test_step_cost_v4_smoke(tmp_path):
 
 
 @pytest.mark.slow
+@DECIDED_SMOKE
 def test_step_cost_v4_cache_part_smoke(tmp_path):
     """PART=cache: the pair alone at the larger batch under each cache variant, every one with its own section;
     SMOKE runs the defaults and the variant with all three overrides (the others say "(not run)")."""
@@ -77,6 +78,7 @@ def test_step_cost_v4_cache_part_smoke(tmp_path):
 
 
 @pytest.mark.slow
+@DECIDED_SMOKE
 def test_step_cost_v4_flex_part_smoke(tmp_path):
     """PART=flex: SMOKE runs the tiny LoRA pair with rollout.hf.decode_attention=flex and share_prefill on the
     CPU's eager graph loop; its table says the flex decode ran in both runs, and the device-only parts say
