@@ -187,8 +187,12 @@ def settle_rollout(c, device):
         return c
     settings = RolloutSettings.from_config(c)
     loop = graph_loop(settings, device)
-    arch = architecture_config(c.model.path) if loop and hf.decode_attention == "auto" else None
-    attn, share, why = fast_decode(hf, loop, c.hardware.attn_implementation, arch)
+    arch = (
+        architecture_config(c.model.path)
+        if loop and hf.decode_attention == "auto" and device.type == "cuda"
+        else None
+    )
+    attn, share, why = fast_decode(hf, loop, c.hardware.attn_implementation, arch, device.type)
     if c.rollout.name == "hf":
         log.info("rollout.hf: %s", why)
     sections = {**c.rollout.sections, "hf": replace(hf, decode_attention=attn, share_prefill=share)}

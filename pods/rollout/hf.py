@@ -122,7 +122,8 @@ class HFSettings:
     decode_attention: str = "auto"  # graph loop: flex (torch's flex_attention over the cache blocks filled so
     # far: pods/rollout/attention.py; needs hardware.attn_implementation=sdpa; another summation order than
     # SDPA's, issue 38) | sdpa (the whole static cache every decode step) | auto = flex where the graph loop
-    # runs and the model's attention allows it, else sdpa (pods/rollout/sizing.py, one log line says which)
+    # runs on CUDA and the model's attention allows it, else sdpa (pods/rollout/sizing.py, one log line says
+    # which)
 
     def check(self) -> None:
         choice("rollout.hf.compile", str(self.compile).lower(), ["auto", "true", "false"])
@@ -171,8 +172,8 @@ class HFGenerator(Backend):
         m, hf = settings.model, HFSettings(**knobs)  # rollout.hf.*: the defaults if none
         compiled, dtype = use_compiled(settings, device), resolve_dtype(m, settings.hardware, device)
         loop, cfg = graph_loop(settings, device), _unwrap(model).config
-        attn, share, why = fast_decode(hf, loop, settings.hardware.attn_implementation, cfg)
-        auto = fast_decode(HFSettings(), loop, settings.hardware.attn_implementation, cfg)
+        attn, share, why = fast_decode(hf, loop, settings.hardware.attn_implementation, cfg, device.type)
+        auto = fast_decode(HFSettings(), loop, settings.hardware.attn_implementation, cfg, device.type)
         if (attn, share) == auto[:2]:  # preflight settled auto (config.yaml holds the values): auto's reason
             why = auto[2]
         own = {**asdict(hf), "decode_attention": attn, "share_prefill": share}

@@ -119,8 +119,13 @@ def choose_rows(
     return RowChoice(rows, f"{rows} rows, at most {MAX_ROWS}: {why}")
 
 
-def fast_decode(hf, graph_loop: bool, attn_implementation: str, hf_config) -> tuple[str, bool, str]:
-    """rollout.hf.decode_attention and share_prefill with `auto` decided: (attention, share_prefill, why)."""
+def fast_decode(
+    hf, graph_loop: bool, attn_implementation: str, hf_config, device_type: str = "cuda"
+) -> tuple[str, bool, str]:
+    """rollout.hf.decode_attention and share_prefill with `auto` decided: (attention, share_prefill, why).
+    Flex only on CUDA: its decode kernel is a compiled Triton one; the graph loop on a CPU (rollout.hf.compile=
+    true) runs flex_attention eagerly, unfused, and a CPU test's 4-step run took 53 s with it against 30 s with
+    SDPA (2026-11-29, the 2-core machine)."""
     from pods.rollout.attention import flex_decode_refusal
 
     share = hf.share_prefill if hf.share_prefill != "auto" else graph_loop
@@ -130,6 +135,11 @@ def fast_decode(hf, graph_loop: bool, attn_implementation: str, hf_config) -> tu
     if not graph_loop:
         why = "no graph loop here (transformers' generate() decodes: rollout.hf.compile is on for CUDA only)"
         return "sdpa", share, f"decode attention sdpa, share_prefill {share}: {why}"
+    if device_type != "cuda":
+        why = (
+            f"flex's decode kernel is CUDA's (on {device_type} flex_attention runs eagerly, slower than SDPA)"
+        )
+        return "sdpa", share, f"share_prefill {share}, decode attention sdpa: {why}"
     refusal = f"attention {attn_implementation!r}: only sdpa" if attn_implementation != "sdpa" else None
     if refusal is None and hf_config is not None:
         cfg = hf_config.__class__.from_dict(hf_config.to_dict())

@@ -84,6 +84,9 @@ def test_fast_decode_is_flex_and_shared_prefill_where_the_graph_loop_runs():
     assert (attn, share) == ("sdpa", True) and "attention 'eager': only sdpa" in why
     windowed = Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=0)
     assert "only full attention" in fast_decode(auto, True, "sdpa", windowed)[2]
+    # the graph loop on a CPU (rollout.hf.compile=true) runs flex eagerly: SDPA, the prefill still shared
+    attn, share, why = fast_decode(auto, True, "sdpa", qwen, "cpu")
+    assert (attn, share) == ("sdpa", True) and "flex's decode kernel is CUDA's" in why
     explicit = HFSettings(decode_attention="sdpa", share_prefill=False)
     assert fast_decode(explicit, True, "sdpa", qwen)[:2] == ("sdpa", False)  # a setting wins
 
@@ -124,8 +127,8 @@ def test_a_direct_build_settles_auto_itself(make_cfg):
     tok = AutoTokenizer.from_pretrained(HEADLINE)
     model = random_qwen2(vocab=len(tok), hidden=64, heads=4, kv_heads=2)
     rs = RolloutSettings.from_config(settings(make_cfg("hardware=cpu", "rollout.hf.compile=true")))
-    gen = build_backend(rs, model, tok, torch.device("cpu"))  # the graph loop, eager on a CPU
-    assert (gen.decode_attention, gen.share_prefill, gen.batch_size) == ("flex", True, sizing.CPU_ROWS)
+    gen = build_backend(rs, model, tok, torch.device("cpu"))  # the graph loop, eager on a CPU: no flex
+    assert (gen.decode_attention, gen.share_prefill, gen.batch_size) == ("sdpa", True, sizing.CPU_ROWS)
 
 
 @pytest.mark.gpu
