@@ -12,11 +12,12 @@ rows as at 1,024. So on a GPU `rollout.batch_size=auto` (the default) sizes a ca
 
 The update's activations are not counted: the graph loop frees its caches before the update
 (`rollout.hf.release_cache`, on); with it off they are reserved too. A number set in the config wins. On a CPU
-the rows stay CPU_ROWS, the earlier default, so a CPU run draws what it drew before (`scripts/bench_cpu_batch.py`
-compares 128, 256 and 512 rows a call; not yet run to the end on this project's loaded CPU machine).
+the rows stay CPU_ROWS, the earlier default, so a CPU run draws what it drew before; on the 2-core machine the
+default run's 512 rollout rows cost the same in calls of 128, 256 or 512 (min 2,857 / 2,825 / 2,864 ms,
+`scripts/bench_cpu_batch.py`, results/step_cost/cpu_batch/, 2026-11-29).
 
 `rollout.hf.decode_attention=auto` takes flex_attention over the filled cache blocks where the graph loop runs
-and the model's attention is one it can express, SDPA otherwise; `rollout.hf.share_prefill=auto` prefills each
+on CUDA and the model's attention is one it can express, SDPA otherwise; `rollout.hf.share_prefill=auto` prefills each
 distinct prompt once where the graph loop runs. Both are settled before the model loads (pods/memory.py: settle_rollout), so
 config.yaml and every checkpoint hold what ran, and one log line says which and why.
 """
