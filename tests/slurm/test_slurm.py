@@ -237,22 +237,27 @@ cb.on_step_start(FakeTrainer())
 """
 
 
-def test_a_time_limit_signal_during_a_requeue_ends_the_job_in_one_line(tmp_path):
-    script, out = tmp_path / "race.py", tmp_path / "race.out"
-    script.write_text(RACE)
+def sbatch_until(tmp_path: Path, name: str, source: str, until: str, timeout_s: float, *args: str) -> str:
+    """Run `source` as a requeueable plain sbatch job (no submitit) from the repository's root, with `args`;
+    wait up to `timeout_s` for `until` in its output (appended across requeues), and 1 s more for what follows;
+    cancel it and return its output."""
+    script, out = tmp_path / f"{name}.py", tmp_path / f"{name}.out"
+    script.write_text(source)
     sbatch = ["sbatch", "--parsable", "--requeue", "-p", "debug", "-c", "1", "--mem=1G", f"--chdir={ROOT}",
-              f"--output={out}", "--open-mode=append", f"--wrap={sys.executable} {script}"]  # fmt: skip
+              f"--output={out}", "--open-mode=append", f"--wrap={' '.join([sys.executable, str(script), *args])}"]  # fmt: skip
     job = subprocess.run(sbatch, capture_output=True, text=True, check=True).stdout.strip()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "scontrol requeue" not in (
-            out.read_text() if out.exists() else ""
-        ):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and until not in (out.read_text() if out.exists() else ""):
             time.sleep(0.5)
         time.sleep(1)
     finally:
         subprocess.run(["scancel", job], check=False, capture_output=True)
-    text = out.read_text() if out.exists() else ""
+    return out.read_text() if out.exists() else ""
+
+
+def test_a_time_limit_signal_during_a_requeue_ends_the_job_in_one_line(tmp_path):
+    text = sbatch_until(tmp_path, "race", RACE, "scontrol requeue", 120)
     lines = [x for x in text.splitlines() if "scontrol requeue" in x]
     assert len(lines) == 1 and lines[0].startswith("WARNING `scontrol requeue` was refused"), text[-3000:]
     assert re.search(r"Slurm is requeueing this job already \((COMPLETING|PENDING|REQUEUED)\)", lines[0]), (
@@ -283,20 +288,7 @@ except stopping.StopRequested:
 
 
 def test_a_time_limit_signal_during_start_up_requeues_the_job(tmp_path):
-    script, out = tmp_path / "start_up.py", tmp_path / "start_up.out"
-    script.write_text(START_UP)
-    sbatch = ["sbatch", "--parsable", "--requeue", "-p", "debug", "-c", "1", "--mem=1G", f"--chdir={ROOT}",
-              f"--output={out}", "--open-mode=append", f"--wrap={sys.executable} {script} {tmp_path / 'run'}"]  # fmt: skip
-    job = subprocess.run(sbatch, capture_output=True, text=True, check=True).stdout.strip()
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and "back after the requeue" not in (
-            out.read_text() if out.exists() else ""
-        ):
-            time.sleep(0.5)
-    finally:
-        subprocess.run(["scancel", job], check=False, capture_output=True)
-    text = out.read_text() if out.exists() else ""
+    text = sbatch_until(tmp_path, "start_up", START_UP, "back after the requeue", 300, str(tmp_path / "run"))
     assert "SIGUSR2 during start-up: exiting before the first step (newest checkpoint: no checkpoint); " \
         "requeueing the job" in text, text[-3000:]  # fmt: skip
     assert "back after the requeue" in text, text[-3000:]
