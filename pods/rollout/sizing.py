@@ -125,8 +125,8 @@ def fast_decode(
 ) -> tuple[str, bool, str]:
     """rollout.hf.decode_attention and share_prefill with `auto` decided: (attention, share_prefill, why).
     Flex only on CUDA: its decode kernel is a compiled Triton one; the graph loop on a CPU (rollout.hf.compile=
-    true) runs flex_attention eagerly, unfused, and a CPU test's 4-step run took 53 s with it against 30 s with
-    SDPA (2026-11-29, the 2-core machine)."""
+    true) runs flex_attention eagerly, unfused: the CPU tests that train on it took 41-44 CPU-s with flex and
+    14-18 with SDPA (results/ci_time/, 2026-11-29)."""
     from pods.rollout.attention import flex_decode_refusal
 
     share = hf.share_prefill if hf.share_prefill != "auto" else graph_loop
