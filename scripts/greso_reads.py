@@ -12,6 +12,7 @@ last three checkpoints, paired by seed; mean and 95% bootstrap interval over pai
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -37,6 +38,20 @@ def upto(run: Path, t_max: float) -> dict:
     return {"rollouts": total("rollout/rollouts"), "generation s": total("timing/generation"),
             "skipped share": skipped / drawn if drawn else float("nan"),
             "effective ratio": 1 - total("dynamic_sampling/dropped_zero_var") / rolled if rolled else float("nan")}  # fmt: skip
+
+
+def run_dirs_by_name(runs: list[Path]) -> dict[str, Path]:
+    """Each run dir under the name the curves give it: run_info.json's `name` (the directory's own name is the
+    launcher's, e.g. `seed-6105_arm-...`), else the directory's name, as pods.analysis.load reads it; a name
+    held by two dirs is refused (the totals would come from one of them)."""
+    out: dict[str, Path] = {}
+    for d in runs:
+        info = d / "run_info.json"
+        name = str(json.loads(info.read_text()).get("name", d.name)) if info.is_file() else d.name
+        if name in out:
+            sys.exit(f"two run dirs hold run {name!r}: {out[name]} and {d}; read one of them")
+        out[name] = d
+    return out
 
 
 def paired_gap(
@@ -66,7 +81,7 @@ def main() -> None:
         sys.exit(f"no {a.baseline} runs in {' '.join(map(str, a.dirs))}; variants: {', '.join(curves)}")
     base = curves[a.baseline]
     thr = 0.99 * float(peak(after_start(base.grid, mean_curve(base.values))))
-    by_name = {d.name: d for d in runs}
+    by_name = run_dirs_by_name(runs)
     finals = {v: {re.sub(r".*-s(\d+)$", r"\1", n): float(c.values[i, -3:].mean()) for i, n in enumerate(c.runs)}
               for v, c in curves.items()}  # fmt: skip
     print(f"Threshold {thr:.4f} (0.99 x {a.baseline}'s mean-curve peak over T > 0); T* = first checkpoint its mean "
@@ -78,8 +93,11 @@ def main() -> None:
     print("|" + "---|" * 10)
     for v, c in curves.items():
         t = float(time_to_threshold(c.grid, after_start(c.grid, mean_curve(c.values)), thr))
-        at = [upto(by_name[n], t) for n in c.runs if n in by_name] if np.isfinite(t) else []
-        whole = [upto(by_name[n], float("inf")) for n in c.runs if n in by_name]
+        lost = [n for n in c.runs if n not in by_name]
+        if lost:
+            sys.exit(f"{v}: no run dir found for run(s) {', '.join(lost)}; the totals would be nan")
+        at = [upto(by_name[n], t) for n in c.runs] if np.isfinite(t) else []
+        whole = [upto(by_name[n], float("inf")) for n in c.runs]
         mean = lambda rows, k: float(np.mean([r[k] for r in rows])) if rows else float("nan")  # noqa: E731
         gap = paired_gap(finals[a.baseline], finals[v])
         gap_s = "-" if v == a.baseline else f"{gap[0]:+.4f} [{gap[1]:+.4f}, {gap[2]:+.4f}] ({gap[3]})"
