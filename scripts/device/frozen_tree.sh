@@ -11,6 +11,14 @@ case ${1:?give a commit, or check} in
   check)
     [ -f FROZEN_COMMIT ] || { echo "frozen_tree: no FROZEN_COMMIT here: run inside .frozen/" >&2; exit 1; }
     [ -e .whl ] || ln -sfn ../.whl .whl
+    # the shipped policy from the checkout beside it, only where its blobs are the frozen commit's
+    if [ ! -d pods/assets/headline ]; then
+      cp -r ../pods/assets/headline pods/assets/headline
+      while read -r _ _ blob path; do
+        [ "$(python3 -c 'import hashlib, sys; d = open(sys.argv[1], "rb").read()
+print(hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest())' "$path")" = "$blob" ] || { echo "frozen_tree: $path differs from the frozen commit's" >&2; exit 1; }
+      done < POLICY_TREE
+    fi
     digest=$(find pods -name '*.py' -type f | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)
     line="frozen tree: commit $(cat FROZEN_COMMIT); pods/ sources sha1 $digest"
     echo "$line"; [ -z "${OUT:-}" ] || echo "$line" > "$OUT/tree.txt" ;;
@@ -19,8 +27,11 @@ case ${1:?give a commit, or check} in
     commit=$(git rev-parse --verify "$1^{commit}")
     rm -rf .frozen && mkdir .frozen
     # what the study scripts run: the package, its configs, the scripts, the data and the frozen settings
-    git archive "$commit" pods conf scripts data pyproject.toml \
+    # (not the shipped policy's 21 MB, which the device's checkout sends anyway: `check` takes it from there and
+    # the study scripts check its sha256 on every call, so the tree fits the 64 MiB a call may send)
+    git archive "$commit" pods conf scripts data pyproject.toml ':(exclude)pods/assets/headline' \
       $(git ls-tree -r --name-only "$commit" results | grep -E '/frozen\.env$') | tar -x -C .frozen
+    git ls-tree "$commit" pods/assets/headline/ > .frozen/POLICY_TREE  # the policy's blobs at that commit
     echo "$commit" > .frozen/FROZEN_COMMIT
     echo "frozen_tree: .frozen/ holds $commit ($(du -sh .frozen | cut -f1))" ;;
 esac
