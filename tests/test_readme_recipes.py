@@ -29,11 +29,16 @@ def recipe_files() -> dict[str, str]:
     return {m.group(1): b for b in blocks if (m := re.match(r"# (my_\w+\.py)\n", b))}
 
 
+def logical_lines(text: str) -> list[str]:
+    """The text's lines with shell continuations (a line ending in a backslash) joined, as bash reads them."""
+    return re.sub(r"\\\n\s*", " ", text).splitlines()
+
+
 def recipe_command() -> list[str]:
     """README's command that runs the plugins, as argv (its `PYTHONPATH=...` prefix dropped)."""
     lines = [
         ln
-        for ln in README.splitlines()
+        for ln in logical_lines(README)
         if ln.startswith("PYTHONPATH=my_plugins python -m pods.train") and "hydra.searchpath" not in ln
     ]
     assert len(lines) == 1, f"README holds {len(lines)} plugin commands; this test runs exactly one"
@@ -127,3 +132,28 @@ def test_the_readme_advantage_estimator_runs_and_is_picked_by_name(tmp_path, mon
         ADVANTAGES.settings.pop("median", None)
         ADVANTAGES.traits.pop("median", None)
         sys.modules.pop("my_advantages", None)
+
+
+def test_the_first_screen_plugin_command_composes_and_its_reward_conforms(tmp_path, monkeypatch, make_cfg):
+    """README's "Change one component" step: its `PYTHONPATH=. python -m pods.train plugins=[my_rewards] ...`
+    command, with README's `my_rewards.py` beside it, composes and checks (the plugin imported first, as preflight
+    does), and the reward holds to its contract."""
+    from pods.components import checked
+    from pods.registry import load_plugins
+    from pods.reward import REWARDS
+    from pods.testing import check_reward
+
+    lines = [ln for ln in logical_lines(README) if ln.startswith("PYTHONPATH=. python -m pods.train")]
+    assert len(lines) == 1, "README's first screen holds one command for its reward plugin"
+    argv = shlex.split(lines[0].split("#")[0])[1:]
+    assert argv[:3] == ["python", "-m", "pods.train"]
+    (tmp_path / "my_rewards.py").write_text(recipe_files()["my_rewards.py"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        load_plugins(["my_rewards"])
+        c = checked(make_cfg(*argv[3:]))
+        assert list(c.plugins) == ["my_rewards"] and c.reward.weights["brevity"] == 0.1
+        check_reward("brevity")
+    finally:
+        REWARDS.pop("brevity", None)
+        sys.modules.pop("my_rewards", None)
