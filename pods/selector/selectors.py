@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from pods.errors import PluginError, shown
-from pods.registry import Registry, accepted
+from pods.registry import Registry, accepted, calling
 
 SELECTORS: Registry = Registry("selector")
 
@@ -146,13 +146,14 @@ def downsample(
     keyword arguments; `context`: the CONTEXT it asked for (wanted(fn)), by name.
 
     Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
-    non-finite or too-small batch.
+    non-finite or too-small batch; an exception the selector raises is one PluginError line naming it.
     """
     fn = SELECTORS.get_or_raise(name, "selector.name")
     if not SELECTORS.trait(name, "keeps_all"):  # one that keeps all checks m = n itself
         check_rewards(rewards, m, name)
     kw = dataclasses.asdict(settings) if settings is not None else {}
-    keep = fn(rewards, m, generator, **(context or {}), **kw)
+    with calling("selector", name, fn):
+        keep = fn(rewards, m, generator, **(context or {}), **kw)
     P, n = rewards.shape
     broken = contract_broken(keep, P, n, m)
     if broken:
