@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import torch
 
@@ -33,6 +34,18 @@ def register_selector(name: str, settings: type | None = None, keeps_all: bool =
 def wanted(fn) -> list[str]:
     """The CONTEXT names selector `fn` takes (all of them with **kw)."""
     return list(accepted(fn, dict.fromkeys(CONTEXT)))
+
+
+def unknown_context(fn, knobs=()) -> list[str]:
+    """The parameters of selector `fn` after (rewards, m, generator) that are neither CONTEXT names nor its own
+    `knobs` (its settings' fields): pods never passes them, so they would hold their default every step."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin: nothing to read
+        return []
+    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    positional = [p for p in named if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:3]
+    return [p.name for p in named if p not in positional and p.name not in (*CONTEXT, *knobs)]
 
 
 def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
