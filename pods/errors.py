@@ -22,8 +22,10 @@ class CheckpointError(RuntimeError):
 
 
 class PluginError(ValueError):
-    """A registered component (a reward, a selector: a plugin's or pods' own) broke its contract when the loop
-    called it: returned the wrong type, count or indices. The message names it and shows what it returned."""
+    """A registered component (a reward, a selector, a prefilter, an advantage estimator, a loss: a plugin's or
+    pods' own) broke its contract when the loop called it: returned the wrong type, count, shape or indices, a
+    non-finite value, or raised. The message names it (`selector 'x' returned ...`, `reward 'y' raised ...`)
+    and shows what it returned; in a run, pods/faults.py adds what was saved."""
 
 
 _SHORT = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -57,6 +59,19 @@ class RunError(RuntimeError):
     """The run cannot go on for a cause outside its config: a file it cannot write (a full disk, a read-only
     file), a reward that does not return. The message names the file or the reward and the cause, and what
     is left intact; the command line prints it as one line (exit 2)."""
+
+
+class PluginTimeout(RunError):
+    """A plugin's reward did not return within reward.plugin_timeout_s (pods/reward/limit.py): a component's
+    fault, saved and reported as the others are (pods/faults.py)."""
+
+
+def component_fault(e: BaseException) -> bool:
+    """A component's fault at run time: its contract broken or an exception it raised (PluginError), a reward
+    that did not return (PluginTimeout), a reward's NaN or inf (the only NonFiniteError a component returns; the
+    update's are the weights' and stay pods/guard.py's). pods/faults.py saves the last completed step on one."""
+    named = isinstance(e, (PluginError, PluginTimeout))
+    return named or (isinstance(e, NonFiniteError) and e.what == "reward")
 
 
 @contextmanager

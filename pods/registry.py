@@ -34,9 +34,10 @@ import inspect
 import pkgutil
 import traceback
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from pods.errors import ConfigError
+from pods.errors import CheckpointError, ConfigError, IntegrityError, PluginError, RunError
 
 T = TypeVar("T")
 
@@ -142,6 +143,25 @@ def load_plugins(modules: Iterable[str]) -> None:
             ) from None
         except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's import may raise anything
             raise ConfigError(f"plugins: {name!r} failed to import: {raised(e, name)}") from None
+
+
+# what a component's call may raise that already names what broke: passed on as it is
+NAMED = (PluginError, IntegrityError, RunError, ConfigError, CheckpointError)
+
+
+@contextmanager
+def calling(kind: str, name: str, fn=None, what: str = ""):
+    """Around the loop's call of component `name` (of registry `kind`: reward, selector, prefilter, advantage,
+    loss; `what`: the method, ` keep()`): an exception it raises is one PluginError line naming it, the error
+    and the line of the component's own file that raised it (`fn`'s module), not a traceback. A stop
+    (StopRequested, KeyboardInterrupt: BaseExceptions) and errors that already name their cause pass."""
+    try:
+        yield
+    except NAMED:
+        raise
+    except Exception as e:  # noqa: BLE001 - a component's code may raise anything
+        module = getattr(fn, "__module__", None)
+        raise PluginError(f"{kind} {name!r}{what} raised {raised(e, module)}") from e
 
 
 def raised(e: BaseException, module: str | None = None) -> str:

@@ -149,7 +149,8 @@ class StopOnSignal(Callback):
         self.run_dir = getattr(trainer, "run_dir", None)
         self.check(trainer)
         if self.at_once and getattr(trainer, "components", None):  # the Trainer's; not a stand-in's
-            self.snapshot = stopping.StepSnapshot(trainer)
+            # the Trainer's own, taken just before (pods/faults.py), else one of our own
+            self.snapshot = getattr(trainer, "snapshot", None) or stopping.StepSnapshot(trainer)
 
     def on_loop_end(self, trainer) -> None:
         self.check(trainer)  # a signal during the last step: stop before the final eval

@@ -24,6 +24,8 @@ import copy
 import logging
 from contextlib import contextmanager
 
+from pods.errors import component_fault
+
 log = logging.getLogger("pods")
 
 
@@ -60,13 +62,17 @@ def abandonable():
 
 @contextmanager
 def abandonable_eval(trainer):
-    """An eval a stop may cut short. Its step is complete: the checkpoint holds it with the eval pending (a
-    resume runs it first) and the random streams as the eval found them."""
-    rng = copy.deepcopy(trainer.rng.state_dict()) if Region.at_once else None
+    """An eval a stop or a component's fault (pods/faults.py) may cut short. Its step is complete: the
+    checkpoint holds it with the eval pending (a resume runs it first) and the random streams as the eval found
+    them (one process: several save nothing then)."""
+    one = Region.at_once or getattr(getattr(trainer, "dist", None), "world", 0) == 1
+    rng = copy.deepcopy(trainer.rng.state_dict()) if one else None
     try:
         with abandonable():
             yield
-    except StopRequested:
+    except BaseException as e:
+        if not (isinstance(e, StopRequested) or component_fault(e)):
+            raise
         if rng is not None:
             trainer.rng.load_state_dict(rng)
         trainer.eval_pending = True
@@ -80,10 +86,12 @@ def in_abandonable() -> bool:
 
 class StepSnapshot:
     """The state a checkpoint at the last step boundary holds, copied at the step's start: everything the
-    checkpoint saves but the weights and optimizer, which a step changes only in its update."""
+    checkpoint saves but the weights and optimizer, which a step changes only in its update (`optimizer_steps`:
+    the trainer's count then, pods/faults.py)."""
 
     def __init__(self, trainer):
         self.step, self.last_eval_step, self.changes = trainer.step, trainer.last_eval_step, trainer.changes
+        self.optimizer_steps = getattr(trainer, "optimizer_steps", 0)
         self.lines = trainer.logger.lines if trainer.logger else None  # metrics.jsonl lines it covers
         states = {k: c.state_dict() for k, c in trainer.components().items()}
         self.states = copy.deepcopy({**states, "rng": trainer.rng.state_dict()})
@@ -98,7 +106,8 @@ class StepSnapshot:
 
 
 def settle(trainer, snapshot: StepSnapshot | None) -> None:
-    """After StopRequested: make the newest checkpoint hold the state as of the last completed step."""
+    """After StopRequested or a component's fault (pods/faults.py): make the newest checkpoint hold the state as
+    of the last completed step."""
     gen_copy = getattr(trainer.backend, "copy", None)
     if getattr(gen_copy, "merged", False):  # a generate cut short with the adapters merged into the base
         gen_copy.restore()

@@ -5,8 +5,9 @@
 
 Each check exercises the contract the loop relies on and raises AssertionError saying what broke:
 
-    check_selector(fn)        the (rewards, m, generator) signature; (P, m) distinct in-range integer
-                              indices, input untouched, same output under a seed
+    check_selector(fn)        the (rewards, m, generator) signature, every other parameter a context name
+                              or a knob; (P, m) distinct in-range integer indices, input untouched, same
+                              output under a seed
     check_reward(fn, rows=)   one finite float per completion, deterministic, [] for no completions; with
                               dataset rows, their fields passed as the run passes them
     check_prefilter(cls)      built with its real settings; keep/observe/end_step/metrics in order; its
@@ -83,12 +84,19 @@ def check_selector(
     of shape (P, m), in [0, n), distinct in each row; the rewards are not modified; two calls with generators
     of the same seed agree. Pass m=n for a keep-all selector, and `settings` (its registry entry's dataclass)
     for a selector with knobs."""
-    from pods.selector import SELECTORS
-    from pods.selector.selectors import wanted
+    from pods.selector import CONTEXT, SELECTORS
+    from pods.selector.selectors import unknown_context, wanted
 
     fn = _fn(SELECTORS, selector)
     settings = settings if settings is not None else _default_settings(SELECTORS, selector)
     _takes(fn, 2, "generator", "selector")  # fn(rewards, m, generator, **settings)
+    own = [f.name for f in dataclasses.fields(settings)] if settings is not None else []
+    extra = unknown_context(fn, own)
+    assert not extra, (
+        f"selector: takes {extra[0]!r}, which pods does not pass; beside (rewards, m, generator) a selector may "
+        f"name {', '.join(CONTEXT)} (pods.selector.CONTEXT) and its own settings' fields "
+        f"({', '.join(own) or 'it declares none'})"
+    )
     g = torch.Generator().manual_seed(seed)
     cases = reward_cases(P, n, g)
     lengths = torch.randint(1, 50, (P, n), generator=g)

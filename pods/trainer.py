@@ -8,7 +8,8 @@
 
 Every stage runs under a named timer; the training clock excludes eval, checkpointing and compile warm-up.
 Each stage is built from its own groups (pods/config.py), not the whole config.
-Benchmarks and tools hook in through `callbacks` (pods/callbacks.py), not by patching methods.
+Benchmarks and tools hook in through `callbacks` (pods/callbacks.py), not by patching methods. A component
+that breaks its contract ends the run in one line with the last completed step saved (pods/faults.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from pods import history, runlock, stopping
+from pods import faults, history, runlock, stopping
 from pods.checkpoint import RngStreams
 from pods.collect import Stages, collect
 from pods.config import TrainConfig
@@ -102,6 +103,8 @@ class Trainer(RunState):
         )
         self.update = UpdateStage.build(c, self.model, self.ref, self.device, self.dist)
         self.optimizer, self.scheduler = self.update.optimizer, self.update.scheduler  # what checkpoints hold
+        faults.count_optimizer_steps(self)  # a component's fault after one saves nothing (pods/faults.py)
+        self.snapshot = None  # the state at the current step's start (one process: pods/faults.py)
         self.guard = RunGuard(self.model, self.dist, c.optim, c.max_empty_steps)  # non-finite, empty steps
         self.sampler = PromptSampler(len(self.train_set.prompts), c.seed)  # same draws on every rank
         prefilter = build_prefilter(c.prefilter, c.seed)  # the registered filter the prefilter stage calls
@@ -110,7 +113,9 @@ class Trainer(RunState):
         self.selector = SelectorStage(c.selector, self.select_rng, self.dist, self.timer)
         train, dist, n = self.train_set, self.dist, c.selector.n
         self.stages = Stages(  # each built once, from its own groups; the selector and update stages above
-            prefilter=PrefilterStage(prefilter, self.sampler, n, len(train.prompts), dist, self.timer),
+            prefilter=PrefilterStage(
+                prefilter, self.sampler, n, len(train.prompts), dist, self.timer, c.prefilter.name
+            ),
             rollout=RolloutStage.build(c, self.backend, train.prompts, dist, self.timer),
             reward=RewardStage(self.reward_fn, train.prompts, train.answers, train.fields, dist, self.timer),
             dynamic_sampling=DynamicSampling(c.dynamic_sampling, dist),
@@ -163,9 +168,11 @@ class Trainer(RunState):
         try:
             while not self.done():
                 with self.timer.phase("log"):
+                    self.snapshot = faults.snapshot(self)  # what a component's fault or a stop goes back to
                     for cb in self.callbacks:
                         cb.on_step_start(self)
-                rec = self.train_step()
+                with faults.saved_on_fault(self, f"step {self.step + 1}"):  # one line, the last step saved
+                    rec = self.train_step()
                 with self.timer.phase("log"):  # charged to the next step's record, as its record's writing
                     for cb in self.callbacks:
                         cb.on_step_end(self, rec)
@@ -185,7 +192,7 @@ class Trainer(RunState):
         finally:
             if frozen:  # collectable again once the loop is over
                 gc.unfreeze()
-        bar.close()
+            bar.close()  # a run that stops here prints its line below the bar, not on it
         final = {}
         if c.eval.at_end and self.last_eval_step != self.step:  # a resumed finished run: already evaluated
             final = self.evaluate()
@@ -243,7 +250,8 @@ class Trainer(RunState):
     def evaluate(self) -> dict:
         phase, weights = self.timer.phase("eval"), self.dist.full_weights(self.model)
         at, stop = self.guard.at(self.step, "eval"), stopping.abandonable_eval(self)
-        with at, phase, autocast(self.dtype, self.device), weights, stop:
+        fault = faults.saved_on_fault(self, f"the eval at step {self.step}")
+        with fault, at, phase, autocast(self.dtype, self.device), weights, stop:
             metrics, samples = self.evaluator()
         metrics.update(self.timer.pop_phase("eval"))  # not part of the next step's timing
         self._log("eval", metrics)

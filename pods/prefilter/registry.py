@@ -14,7 +14,8 @@ from typing import Protocol
 
 import torch
 
-from pods.registry import ContractDeprecationWarning, Registry, knobs
+from pods.errors import PluginError, shown
+from pods.registry import ContractDeprecationWarning, Registry, calling, knobs
 
 
 class Prefilter(Protocol):
@@ -103,14 +104,42 @@ class NoFilter:
         pass
 
 
-class PrefilterStage:
-    """`prefilter` (a registered Prefilter) between the prompt `sampler` and the rollout; `n` rollouts per
-    prompt (selector.n: what a skip saves); `pool`: the number of prompts (bounds a step's draws)."""
+def decisions_broken(kept, k: int) -> str | None:
+    """What is wrong with a prefilter's keep() answer for k prompts (None: nothing): one bool per prompt."""
+    if isinstance(kept, (str, bytes, dict)) or not hasattr(kept, "__len__"):
+        return f"a {type(kept).__name__}, not a list"
+    if len(kept) != k:
+        return f"{len(kept)} decisions for {k} prompts"
+    bad = next((v for v in kept if not isinstance(v, bool)), None)
+    return None if bad is None else f"a {type(bad).__name__} among the decisions"
 
-    def __init__(self, prefilter: Prefilter, sampler, n: int, pool: int, dist, timer):
+
+class PrefilterStage:
+    """`prefilter` (a registered Prefilter, `name` its registered name) between the prompt `sampler` and the
+    rollout; `n` rollouts per prompt (selector.n: what a skip saves); `pool`: the number of prompts (bounds a
+    step's draws). Each call of the filter is checked: an exception or a keep() answer that is not one bool per
+    prompt is one PluginError line naming it."""
+
+    def __init__(self, prefilter: Prefilter, sampler, n: int, pool: int, dist, timer, name: str = ""):
         self.prefilter, self.sampler, self.n, self.pool = prefilter, sampler, n, pool
         self.dist, self.timer = dist, timer
+        self.name = name or type(prefilter).__name__
         self.drawn = self.skipped = 0
+
+    def call(self, method: str, *args):
+        """The filter's `method`(*args), an exception it raises named."""
+        with calling("prefilter", self.name, self.prefilter, f" {method}()"):
+            return getattr(self.prefilter, method)(*args)
+
+    def keep(self, prompt_ids: list[int], epoch: int) -> list[bool]:
+        kept = self.call("keep", prompt_ids, epoch)
+        broken = decisions_broken(kept, len(prompt_ids))
+        if broken:
+            raise PluginError(
+                f"prefilter {self.name!r} keep() returned {broken}: {shown(kept)} (a prefilter's keep() returns "
+                f"one bool per prompt, {len(prompt_ids)} here)"
+            )
+        return kept
 
     def start_step(self) -> None:
         self.drawn = self.skipped = 0
@@ -124,7 +153,7 @@ class PrefilterStage:
             while len(kept) < k and self.drawn < budget:
                 batch = self.sampler.next(k - len(kept))
                 self.drawn += len(batch)
-                for (pid, ep), ok in zip(batch, self.prefilter.keep([p for p, _ in batch], batch[0][1])):
+                for (pid, ep), ok in zip(batch, self.keep([p for p, _ in batch], batch[0][1])):
                     if ok:
                         kept.append((pid, ep))
                     else:
@@ -135,17 +164,20 @@ class PrefilterStage:
         """The filter remembers each prompt's outcome: `correct` (P, n), gathered from every rank (in the
         order of dist.unshard_order), for the prompts `picked` in this round."""
         with self.timer.phase("prefilter"):
-            self.prefilter.observe(self.dist.unshard_order([p for p, _ in picked]), picked[0][1], correct)
+            self.call("observe", self.dist.unshard_order([p for p, _ in picked]), picked[0][1], correct)
 
     def end_step(self) -> None:
-        self.prefilter.end_step(self.sampler.epoch)
+        self.call("end_step", self.sampler.epoch)
 
     def metrics(self) -> dict[str, float]:
+        own = self.call("metrics")
+        if not isinstance(own, dict):
+            raise PluginError(f"prefilter {self.name!r} metrics() returned {shown(own)}; it returns a dict")
         return {
             "prefilter/prompts_drawn": float(self.drawn),
             "prefilter/skipped": float(self.skipped),
             "prefilter/rollouts_avoided": float(self.skipped * self.n),
-            **self.prefilter.metrics(),
+            **own,
         }
 
     def state_dict(self) -> dict:

@@ -14,7 +14,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from pods.errors import RunError
+from pods.errors import PluginTimeout
 
 
 class _TimedOut(BaseException):
@@ -26,7 +26,7 @@ def is_plugin(fn: Callable) -> bool:
 
 
 def call_with_limit(name: str, fn: Callable, limit_s: float, *args, **kw):
-    """fn(*args, **kw), or RunError naming the reward when it has not returned within `limit_s` (0: none).
+    """fn(*args, **kw), or PluginTimeout (a RunError) naming the reward when it has not returned within `limit_s` (0: none).
     Off the main thread (no SIGALRM there) the call is not bounded."""
     if limit_s <= 0 or threading.current_thread() is not threading.main_thread():
         return fn(*args, **kw)
@@ -44,9 +44,9 @@ def call_with_limit(name: str, fn: Callable, limit_s: float, *args, **kw):
         return out
     except _TimedOut:
         where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
-        raise RunError(
+        raise PluginTimeout(
             f"reward {name!r} ({where}) did not return within reward.plugin_timeout_s={limit_s:g} s; fix the "
-            "function, or raise the limit (0: none); the run stopped, its checkpoints are intact"
+            "function, or raise the limit (0: none)"
         ) from None
     finally:
         armed[0] = False

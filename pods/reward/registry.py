@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from pods.batch import Rollouts
-from pods.errors import NonFiniteError, PluginError, shown
-from pods.registry import Registry, accepted
+from pods.errors import NonFiniteError, PluginError, PluginTimeout, shown
+from pods.registry import Registry, accepted, calling
 from pods.reward.grading import Grader
 from pods.reward.limit import call_with_limit, is_plugin
 from pods.reward.numbers import parse_number
@@ -74,7 +74,10 @@ class Reward:
             raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
         t0, e0 = self.grader.n_timeouts, self.grader.n_errors
         context = self.context(prompts, rows)
-        terms = {n: self.term(n, completions, answers, context) for n in self.names()}
+        terms = {}
+        for n in self.names():  # an exception a term raises: one line naming it
+            with calling("reward", n, REWARDS.get(n)):
+                terms[n] = self.term(n, completions, answers, context)
         total = [0.0] * len(completions)
         for n, w in self.weights.items():
             total = [t + w * v for t, v in zip(total, terms[n])]
@@ -186,8 +189,9 @@ def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data
     """The one place a reward's inputs are put together, for training and eval alike: `texts`, group_size
     completions of each of `prompt_ids` (group-major), graded against their gold answers, with their prompts
     and their dataset rows' fields (`data`: the prompt set, pods.data.PromptSet: its `prompts`, `answers` and
-    `fields`, by prompt id; fields may be None). A non-finite reward raises NonFiniteError, on every rank of
-    `dist` alike (the others would wait in the gather that follows)."""
+    `fields`, by prompt id; fields may be None). A non-finite reward raises NonFiniteError, a term that breaks
+    its contract or raises PluginError, on every rank of `dist` alike (the others would wait in the gather that
+    follows)."""
     per = lambda xs: [xs[p] for p in prompt_ids for _ in range(group_size)]  # noqa: E731 - one per completion
     rows = per(data.fields) if data.fields is not None else None
     out, error = None, None
@@ -199,10 +203,13 @@ def grade(reward, texts: list[str], prompt_ids: list[int], group_size: int, data
             raise NonFiniteError(
                 "reward", f"{over} weighted reward sums overflow float32 (reward.weights={weights})"
             )
-    except NonFiniteError as e:
+    except (NonFiniteError, PluginError, PluginTimeout) as e:
         error = e
     if dist.sum(float(error is not None)) if dist is not None else error is not None:
-        raise error or NonFiniteError("reward", "a reward function returned one on another rank")
+        raise error or PluginError(
+            "reward: a reward function failed on another rank (a non-finite value, a wrong count or an "
+            "exception; that rank's line names it)"
+        )
     return out
 
 

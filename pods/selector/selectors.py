@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import torch
 
 from pods.errors import PluginError, shown
-from pods.registry import Registry, accepted
+from pods.registry import Registry, accepted, calling
 
 SELECTORS: Registry = Registry("selector")
 
@@ -33,6 +34,18 @@ def register_selector(name: str, settings: type | None = None, keeps_all: bool =
 def wanted(fn) -> list[str]:
     """The CONTEXT names selector `fn` takes (all of them with **kw)."""
     return list(accepted(fn, dict.fromkeys(CONTEXT)))
+
+
+def unknown_context(fn, knobs=()) -> list[str]:
+    """The parameters of selector `fn` after (rewards, m, generator) that are neither CONTEXT names nor its own
+    `knobs` (its settings' fields): pods never passes them, so they would hold their default every step."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin: nothing to read
+        return []
+    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    positional = [p for p in named if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:3]
+    return [p.name for p in named if p not in positional and p.name not in (*CONTEXT, *knobs)]
 
 
 def check_rewards(rewards: torch.Tensor, m: int, name: str, min_m: int = 2) -> None:
@@ -146,13 +159,14 @@ def downsample(
     keyword arguments; `context`: the CONTEXT it asked for (wanted(fn)), by name.
 
     Inputs are checked here too (check_rewards), so a selector registered elsewhere never sees a ragged,
-    non-finite or too-small batch.
+    non-finite or too-small batch; an exception the selector raises is one PluginError line naming it.
     """
     fn = SELECTORS.get_or_raise(name, "selector.name")
     if not SELECTORS.trait(name, "keeps_all"):  # one that keeps all checks m = n itself
         check_rewards(rewards, m, name)
     kw = dataclasses.asdict(settings) if settings is not None else {}
-    keep = fn(rewards, m, generator, **(context or {}), **kw)
+    with calling("selector", name, fn):
+        keep = fn(rewards, m, generator, **(context or {}), **kw)
     P, n = rewards.shape
     broken = contract_broken(keep, P, n, m)
     if broken:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from pods.batch import zero_variance
-from pods.errors import choice
-from pods.registry import Registry, accepted, knobs
+from pods.errors import PluginError, choice, shown
+from pods.registry import Registry, accepted, calling, knobs
 
 ADVANTAGES: Registry = Registry("advantage")
 
@@ -105,12 +105,27 @@ def estimate_advantages(
     """The estimator `name` on (P, m) kept rewards, with (P, n) all rewards of the same groups and its own
     settings (its registry entry's dataclass) as keywords -> (P*m,) advantages, group-major."""
     fn = ADVANTAGES.get_or_raise(name, "advantage.name")
-    adv = fn(kept_rewards, **accepted(fn, {"all_rewards": all_rewards}), **knobs(settings))
-    if tuple(adv.shape) != tuple(kept_rewards.shape):
-        raise ValueError(
-            f"advantage {name!r} returned shape {tuple(adv.shape)}, expected {tuple(kept_rewards.shape)}"
+    with calling("advantage", name, fn):
+        adv = fn(kept_rewards, **accepted(fn, {"all_rewards": all_rewards}), **knobs(settings))
+    broken = advantages_broken(adv, tuple(kept_rewards.shape))
+    if broken:  # the rewards are finite (the reward stage stops on any other): the estimator's fault
+        raise PluginError(
+            f"advantage {name!r} returned {broken}: {shown(adv)} (an advantage estimator returns finite floats of "
+            f"the kept rewards' shape, (P, m) = {tuple(kept_rewards.shape)})"
         )
     return adv.reshape(-1)
+
+
+def advantages_broken(adv, shape: tuple) -> str | None:
+    """What is wrong with an estimator's answer `adv` for kept rewards of `shape` (None: nothing)."""
+    if not isinstance(adv, torch.Tensor):
+        return f"a {type(adv).__name__}, not a tensor"
+    if tuple(adv.shape) != shape:
+        return f"shape {tuple(adv.shape)}"
+    if not adv.is_floating_point():
+        return f"dtype {adv.dtype}"
+    bad = int((~torch.isfinite(adv)).sum())
+    return f"{bad} non-finite values of {adv.numel()}" if bad else None
 
 
 def kept_advantages(

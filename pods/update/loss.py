@@ -19,12 +19,13 @@ function names it (or all with **kw):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from pods.errors import at_least, interval, positive
-from pods.registry import Registry, accepted, knobs
+from pods.errors import PluginError, at_least, interval, positive, shown
+from pods.registry import Registry, accepted, calling, knobs
 
 LOSSES: Registry = Registry("loss")
 
@@ -145,7 +146,42 @@ class PolicyLoss:
 
     def __call__(self, logp, old_logp, adv, mask, **context) -> tuple[torch.Tensor, dict]:
         fn = LOSSES[self.name]
-        return fn(logp, old_logp, adv, mask, **accepted(fn, {**context, **dict(self.fixed)}))
+        with calling("loss", self.name, fn):
+            out = fn(logp, old_logp, adv, mask, **accepted(fn, {**context, **dict(self.fixed)}))
+        broken = loss_broken(out, logp)
+        if broken:
+            raise PluginError(f"loss {self.name!r} returned {broken} ({CONTRACT})")
+        return out
+
+    def check_finite(self, value: float, logp, old_logp, adv) -> None:
+        """A non-finite loss `value` (read after the backward, where the update reads it anyway: no extra
+        sync) is the loss's fault where its inputs are finite; NaN log-probs come from the weights, which
+        pods/guard.py names."""
+        if math.isfinite(value):
+            return
+        inputs = (logp.detach(), old_logp, adv)
+        if all(bool(torch.isfinite(t).all()) for t in inputs):
+            raise PluginError(
+                f"loss {self.name!r} returned {value} from finite log-probs and advantages ({CONTRACT})"
+            )
+
+
+CONTRACT = "a loss returns (loss, stats): a finite scalar tensor with a gradient, and a dict"
+
+
+def loss_broken(out, logp) -> str | None:
+    """What is wrong with a loss's answer `out` (None: nothing): its type, shape and gradient, checked without
+    reading the value (no device sync); its finiteness: PolicyLoss.check_finite."""
+    if not isinstance(out, tuple) or len(out) != 2:
+        return shown(out)
+    value, stats = out
+    if not isinstance(value, torch.Tensor) or value.dim() != 0:
+        return f"a loss of {shown(value)}, not a scalar tensor"
+    if not isinstance(stats, dict):
+        return f"stats of {shown(stats)}, not a dict"
+    if logp.requires_grad and not value.requires_grad:
+        return f"a loss without a gradient (requires_grad=False: detached?): {shown(value)}"
+    return None
 
 
 def policy_loss(

@@ -306,16 +306,20 @@ def _micro_step(
     tot["new_shapes"] += float(shape not in _SEEN_SHAPES)
     _SEEN_SHAPES.add(shape)
     logp = completion_logprobs(model, ids, am, pw, b.sampling.temperature, layout.fused_logprobs, plens, cw)
+    old = step.old[idx, :cw].to(device) if step.old is not None else logp.detach()  # on-policy: ratio 1
+    adv = torch.where(real, b.advantages[idx], 0.0).to(device, logp.dtype)
     loss, st = step.loss(
         logp,
-        step.old[idx, :cw].to(device) if step.old is not None else logp.detach(),  # on-policy: ratio 1
-        torch.where(real, b.advantages[idx], 0.0).to(device, logp.dtype),
+        old,
+        adv,
         (b.completion_mask[idx, :cw] * real[:, None]).to(device),
         ref_logp=step.ref[idx, :cw].to(device) if step.ref is not None else None,
         num_tokens=step.num_tokens,
         num_seqs=step.num_seqs,
     )
     dist.backward_share(loss)  # the loss is already a global mean: each rank backpropagates its share
-    tot["loss"] += loss.item() / algo.mu
+    value = loss.item()
+    step.loss.check_finite(value, logp, old, adv)  # before any optimizer step of a NaN: named, not the lr
+    tot["loss"] += value / algo.mu
     tot["clipped_tokens"] += float(st.get("clipped_tokens", 0.0))
     tot["kl_sum"] += float(st.get("kl_sum", 0.0))

@@ -28,7 +28,7 @@ from pods.cli import one_line_errors
 from pods.config import DatasetConfig
 from pods.data import load_examples, tasks
 from pods.distributed import Dist
-from pods.errors import ConfigError, IntegrityError, NonFiniteError
+from pods.errors import ConfigError, IntegrityError, NonFiniteError, PluginError
 from pods.guard import RunGuard, nonfinite_param, sampling
 from pods.prefilter import PREFILTERS
 from pods.reward import REWARDS
@@ -174,9 +174,7 @@ def test_a_non_finite_reward_in_eval_names_the_step_and_stops_every_rank():
 
     another_rank = SimpleNamespace(sum=lambda x: x + 1.0)  # this rank's rewards are finite, another's are not
     data = SimpleNamespace(prompts=["p"], answers=["1"], fields=None)
-    with pytest.raises(
-        NonFiniteError, match="^non-finite reward: a reward function returned one on another rank"
-    ):
+    with pytest.raises(PluginError, match="^reward: a reward function failed on another rank"):
         grade(fine, ["a", "b"], [0], 2, data, another_rank)
 
 
