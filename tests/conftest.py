@@ -140,7 +140,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # The smoke tests of device-script parts whose experiments are decided (headline v4's pilot, issue 38's step-cost
-# parts, the GRESO probe): about 11 CPU-min of the 2-core machine in 2026-11, so not in CI; run them with
+# script, the GRESO probe): about 13 CPU-min of the 2-core machine in 2026-11, so not in CI; run them with
 # PODS_DECIDED_SMOKE=1.
 DECIDED_SMOKE = pytest.mark.skipif(
     os.environ.get("PODS_DECIDED_SMOKE") != "1",

@@ -2,7 +2,7 @@
 CPU (SMOKE=1: one prompt, 8 new tokens, a few seconds of training clock): the pair alone at two rollout batch
 sizes, the host-work A/B, and the confirm calls' packing (on the device 2 GRPO + 2 PODS runs a GPU at both batch
 sizes; under SMOKE one of each at the smaller). The device tool returns at most 8 files, so $OUT must hold only the table and
-one archive. The cache and flex parts (issue 38, decided) run with PODS_DECIDED_SMOKE=1 (tests/conftest.py)."""
+one archive. Issue 38 is decided, so every part runs with PODS_DECIDED_SMOKE=1 only (tests/conftest.py)."""
 
 import re
 import subprocess
@@ -27,6 +27,7 @@ def run_script(tmp_path: Path, out: Path, **env: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
+@DECIDED_SMOKE  # issue 38 is decided (results/step_cost/): about 115 CPU-s, not in CI
 def test_step_cost_v4_smoke(tmp_path):
     out = tmp_path / "out"
     r = run_script(tmp_path, out)
