@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from pods.errors import CheckpointError
+from pods.files import fresh_dir, open_write, refuse_link
 
 LATEST = "latest"
 META = "meta.json"
@@ -93,7 +94,7 @@ def save_checkpoint(
     """Write step_<step>/ atomically. `model_state`: a full state dict to save instead of the model's own
     (FSDP gathers one, since the module holds only this rank's shard). `meta`: small facts saved in
     meta.json beside it (the trainer records how many metrics lines the checkpoint covers)."""
-    ckpt_root.mkdir(parents=True, exist_ok=True)
+    fresh_dir(ckpt_root)  # a link in place of checkpoints/ (or of any name below) is refused: pods/files.py
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}"
     try:
@@ -115,13 +116,15 @@ def save_checkpoint(
 
 
 def _write(tmp: Path, step: int, model, trainer_state: dict, model_state: dict | None, meta: dict | None):
+    refuse_link(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(exist_ok=True)  # this save's own directory (not a link): what is written below lands in it
     if model_state is None:
         model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
     else:
         model.save_pretrained(tmp / "model", state_dict=model_state)
     # trainer_state.pt's presence marks a checkpoint complete; meta.json, last, holds every file's checksum
-    torch.save({**trainer_state, "step": step}, tmp / "trainer_state.pt")
+    save_state({**trainer_state, "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
     files = {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     (tmp / META).write_text(json.dumps({**(meta or {}), "step": step, "files": files}))
@@ -138,8 +141,9 @@ def _publish(ckpt_root: Path, tmp: Path, final: Path) -> None:
         _fsync_dir(ckpt_root, files=False)
     os.replace(tmp, final)
     pointer = ckpt_root / f".{LATEST}.tmp"
-    pointer.write_text(final.name)
-    with open(pointer, "rb+") as f:
+    with open_write(pointer, "w") as f:
+        f.write(final.name)
+        f.flush()
         os.fsync(f.fileno())
     os.replace(pointer, ckpt_root / LATEST)
     _fsync_dir(ckpt_root, files=False)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pods.errors import ConfigError, writing
+from pods.files import open_write
 
 HISTORY = "history.jsonl"
 
@@ -140,7 +141,7 @@ def append(run_dir, event: str, **fields) -> None:
         **fields,
     }
     path = Path(run_dir) / HISTORY
-    with writing(path), open(path, "a") as f:
+    with writing(path), open_write(path, "a") as f:
         f.write(json.dumps(rec, default=str) + "\n")
 
 

@@ -1,20 +1,30 @@
-"""What pods leaves on disk can be read back: a component whose state holds numpy numbers and arrays passes
-pods.testing, saves, and resumes; a state no resume could load (a numpy Generator) is refused by check_state and
-by the save, before anything is written.
+"""What pods leaves on disk can be read back, and it writes nowhere else:
+
+1. a component whose state holds numpy numbers and arrays passes pods.testing, saves, and resumes; a state no
+   resume could load (a numpy Generator) is refused by check_state and by the save, before anything is written;
+2. a symbolic link in place of a file pods writes in the run directory (run.lock, metrics.jsonl, metrics.tmp,
+   history.jsonl, run_info.json's temporary file, a checkpoint's temporary directory, `latest`'s temporary
+   file, checkpoints/) is refused in one line and the file it points to is untouched; a run directory that is
+   itself under a link is fine;
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from pods import checkpoint as ckpt
+from pods import history, runlock
 from pods.errors import CheckpointError
+from pods.files import LinkRefused
 from pods.prefilter import PREFILTERS, NoFilter
 from pods.resume import readable
 from pods.testing import check_prefilter, check_state
+from pods.tracking import MetricsLogger, replace_file, truncate_metrics
 from pods.train import run
 from tests.conftest import SMOKE
 
@@ -85,3 +95,127 @@ def test_a_run_whose_prefilter_holds_numpy_state_resumes(make_cfg, tmp_path, num
     assert ckpt.latest_checkpoint(d / "checkpoints").name == "step_0000002"
     lines = [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["start", "resume"]
+
+
+# --- 2. writes stay inside the run directory -----------------------------------------------------------------
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A file outside the run directory that a link inside it points to."""
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    target.write_text("keep me\n")
+    return target
+
+
+def refused(e: pytest.ExceptionInfo, link: Path) -> None:
+    msg = str(e.value)
+    assert msg.startswith(f"{link} is a symbolic link (to ") and "\n" not in msg, msg
+
+
+class FakeModel:
+    def save_pretrained(self, path, state_dict=None):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "model.safetensors").write_bytes(b"weights")
+
+
+def save(root: Path, step: int = 1) -> Path:
+    return ckpt.save_checkpoint(root, step, FakeModel(), {"components": {}}, keep_last=2)
+
+
+@pytest.mark.parametrize("name", ["run.lock", "metrics.jsonl", "history.jsonl"])
+def test_a_link_in_place_of_a_file_pods_appends_to_is_refused(name, tmp_path, outside):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / name).symlink_to(outside)
+    with pytest.raises(LinkRefused) as e:
+        if name == "run.lock":
+            runlock.acquire(d)
+        elif name == "metrics.jsonl":
+            MetricsLogger(OmegaConf.create({"backend": "none"}), d, {})
+        else:
+            history.append(d, "start")
+    refused(e, d / name if name != "run.lock" else d.resolve() / name)
+    assert outside.read_text() == "keep me\n"
+    assert not runlock.held(d)
+
+
+def test_a_dangling_link_is_refused_too(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "history.jsonl").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(LinkRefused):
+        history.append(d, "start")
+    assert not (tmp_path / "nowhere.txt").exists()
+
+
+def test_the_temporary_files_of_a_rewrite_are_never_followed(tmp_path, outside):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    (d / "metrics.tmp").symlink_to(outside)
+    with pytest.raises(LinkRefused) as e:
+        truncate_metrics(d / "metrics.jsonl", 1)
+    refused(e, d / "metrics.tmp")
+    (d / ".run_info.json.tmp").symlink_to(outside)
+    with pytest.raises(LinkRefused):
+        replace_file(d / "run_info.json", "{}")
+    assert outside.read_text() == "keep me\n" and (d / "metrics.tmp").is_symlink()
+
+
+def test_a_checkpoint_is_never_written_through_a_link(tmp_path, outside):
+    root = tmp_path / "run" / "checkpoints"
+    root.mkdir(parents=True)
+    (root / ".tmp_step_0000001").symlink_to(outside.parent, target_is_directory=True)
+    with pytest.raises(LinkRefused):
+        save(root)
+    (root / ".tmp_step_0000001").unlink()
+    (root / ".latest.tmp").symlink_to(outside)
+    with pytest.raises(LinkRefused):
+        save(root)
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
+    assert outside.read_text() == "keep me\n"
+    elsewhere = tmp_path / "big_disk"
+    elsewhere.mkdir()
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(LinkRefused):
+        save(tmp_path / "run2" / "checkpoints")
+    assert not any(elsewhere.iterdir())
+
+
+def test_a_run_directory_under_a_link_is_fine(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "outputs").symlink_to(scratch, target_is_directory=True)
+    d = tmp_path / "outputs" / "run"
+    runlock.acquire(d)
+    try:
+        logger = MetricsLogger(OmegaConf.create({"backend": "none"}), d, {})
+        logger.log({"kind": "train", "step": 1, "train_time": 0.0})
+        history.append(d, "start")
+        save(d / "checkpoints")
+    finally:
+        runlock.release(d)
+    assert {p.name for p in (scratch / "run").iterdir()} == {
+        "run.lock",
+        "metrics.jsonl",
+        "history.jsonl",
+        "checkpoints",
+    }
+    assert ckpt.latest_checkpoint(scratch / "run" / "checkpoints").name == "step_0000001"
+
+
+@pytest.mark.parametrize("name", ["run.lock", "checkpoints"])
+def test_a_run_refuses_a_link_in_one_line_before_the_model_loads(name, make_cfg, tmp_path, outside):
+    from pods.errors import RunError
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / name).symlink_to(outside if name == "run.lock" else outside.parent)
+    with pytest.raises(RunError) as e:
+        run(make_cfg(*SMOKE, run_dir=d))
+    refused(e, d / name)
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
+    assert outside.read_text() == "keep me\n"
