@@ -223,6 +223,11 @@ def meta_problem(meta, ckpt: Path) -> str | None:
             return f"has a malformed {key} ({meta[key]!r})"
     if meta.get("config") is not None and not isinstance(meta["config"], dict):
         return "has a malformed config"
+    data = meta.get("train_data")
+    if data is not None and not (
+        isinstance(data, dict) and _int(data.get("rows")) and isinstance(data.get("sha256"), str)
+    ):
+        return "has a malformed train_data"
     return None
 
 

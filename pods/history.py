@@ -39,6 +39,7 @@ FREE_KEYS = (
     "logger",  # where metrics go besides metrics.jsonl (W&B project, mode, group, completions printed)
     "resume",  # how this start was asked for
     "resume_allow_schedule_change",  # what this resume may do (a schedule it changes is in history.jsonl)
+    "resume_allow_dataset_change",  # (and the data it changes)
     "max_empty_steps",  # when a run that rolls out nothing stops
     "run_dir",  # where the run directory is now (it may have been moved)
     "hardware.num_threads",  # this machine's CPU threads, grading processes and CUDA allocator

@@ -119,6 +119,7 @@ class Checkpointer:
                 "last_eval_step": last_eval,
                 "eval_pending": meta.get("eval_pending") is True,  # a stop cut its step's eval short
                 "config": meta.get("config"),  # the config it was saved under (None: an older pods)
+                "train_data": meta.get("train_data"),  # the digest of the rows it trained on (None: older)
             }
         if gap is not None:
             raise MetricsGapError(

@@ -83,6 +83,7 @@ class Trainer(RunState):
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
         check_on_data(self.reward_fn, self.train_set, self.eval_set, c.dataset.name)  # a bad term: one line
+        changed.update(self._same_data(plan))  # other data than the checkpoint's: refused here too
         # the math-verify workers start now if the data needs them
         self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)
         # the heavy part comes after every check

@@ -1,0 +1,72 @@
+"""What changes the meaning of a run is said, once, with the numbers:
+
+- a resume on other training data than its checkpoint's (a digest of the train prompts and answers, saved in
+  every checkpoint) is refused in one line naming resume_allow_dataset_change, and goes on with it (recorded in
+  history.jsonl); a checkpoint written before the digest existed is a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from pods.config import ConfigError
+from pods.data.prompts import PromptSet
+from pods.data.tasks import DataReport
+from pods.run_state import RunState
+from pods.train import run
+from tests.conftest import SMOKE
+
+# --- the training data ---------------------------------------------------------------------------------------
+
+
+def write_rows(path, rows: range, answer=lambda i: i + 1) -> None:
+    path.write_text(
+        "".join(json.dumps({"question": f"{i} + 1 =", "answer": str(answer(i))}) + "\n" for i in rows)
+    )
+
+
+def test_a_resume_on_edited_data_is_refused_unless_allowed(make_cfg, tmp_path):
+    train, evals, d = tmp_path / "train.jsonl", tmp_path / "eval.jsonl", tmp_path / "run"
+    write_rows(train, range(64))
+    write_rows(evals, range(100, 116))
+    data = ["dataset=arithmetic_local", f"dataset.task={train}", f"dataset.eval_task={evals}"]
+    over = [*SMOKE, *data, "selector.n=4", "selector.m=2", "eval.at_start=false", "eval.at_end=false"]
+    run(make_cfg(*over, "max_steps=1", run_dir=d))
+    write_rows(train, range(64), answer=lambda i: i + 2)  # every answer changed
+    with pytest.raises(ConfigError) as e:
+        run(make_cfg(*over, "max_steps=2", "resume=true", run_dir=d))
+    msg = str(e.value)
+    assert msg.startswith("resume=true: the training data (64 rows, sha256 ") and "\n" not in msg, msg
+    assert "differs from the data checkpoint step_0000001 trained on (64 rows" in msg
+    assert "resume_allow_dataset_change=true" in msg
+    run(make_cfg(*over, "max_steps=2", "resume=true", "resume_allow_dataset_change=true", run_dir=d))
+    resumed = [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()][-1]
+    assert resumed["event"] == "resume" and resumed["step"] == 1
+    old, new = resumed["changed"]["train_data"]
+    assert old.startswith("64 rows, sha256 ") and new.startswith("64 rows, sha256 ") and old != new
+
+
+def trainer_with(prompts: list[str], allow: bool = False) -> SimpleNamespace:
+    """What RunState._same_data reads of a Trainer: its train set and settings."""
+    ps = PromptSet(prompts, ["1"] * len(prompts), [{}] * len(prompts), DataReport("train"))
+    settings = SimpleNamespace(resume_allow_dataset_change=allow, dataset=SimpleNamespace(task="t.jsonl"))
+    return SimpleNamespace(train_set=ps, settings=settings)
+
+
+def test_the_data_digest_is_compared_and_a_checkpoint_without_one_warns(caplog):
+    t = trainer_with(["a", "b"])
+    assert RunState._same_data(t, None) == {} and t.train_digest["rows"] == 2
+    plan = {"path": "/x/step_0000004", "train_data": dict(t.train_digest)}
+    assert RunState._same_data(trainer_with(["a", "b"]), plan) == {}
+    assert RunState._same_data(trainer_with(["a", "c"], allow=True), plan)["train_data"][0].startswith(
+        "2 rows"
+    )
+    with pytest.raises(ConfigError, match="resume_allow_dataset_change"):
+        RunState._same_data(trainer_with(["a"]), plan)
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        assert RunState._same_data(trainer_with(["a"]), {"path": "/x/step_0000004", "train_data": None}) == {}
+    assert "checkpoint step_0000004 records no digest of its training data" in caplog.text
