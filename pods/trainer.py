@@ -22,6 +22,7 @@ import torch
 import transformers
 
 from pods import history, runlock, stopping
+from pods.callbacks import ZeroVarianceWarning
 from pods.checkpoint import RngStreams
 from pods.collect import Stages, collect
 from pods.config import TrainConfig
@@ -109,6 +110,7 @@ class Trainer(RunState):
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.selector = SelectorStage(c.selector, self.select_rng, self.dist, self.timer)
+        self.callbacks.append(ZeroVarianceWarning(c.sampling.temperature, c.selector.n, self.dist.is_main))
         train, dist, n = self.train_set, self.dist, c.selector.n
         self.stages = Stages(  # each built once, from its own groups; the selector and update stages above
             prefilter=PrefilterStage(prefilter, self.sampler, n, len(train.prompts), dist, self.timer),

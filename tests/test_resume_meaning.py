@@ -2,7 +2,9 @@
 
 - a resume on other training data than its checkpoint's (a digest of the train prompts and answers, saved in
   every checkpoint) is refused in one line naming resume_allow_dataset_change, and goes on with it (recorded in
-  history.jsonl); a checkpoint written before the digest existed is a warning.
+  history.jsonl); a checkpoint written before the digest existed is a warning;
+- a warm-up longer than a run bounded by max_steps, and steps in a row that train on nothing because every group
+  has zero reward variance, are warned once.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from pods.config import ConfigError
+from pods import callbacks
+from pods.config import ConfigError, OptimConfig
 from pods.data.prompts import PromptSet
 from pods.data.tasks import DataReport
 from pods.run_state import RunState
 from pods.train import run
+from pods.update.optim import warn_long_warmup
 from tests.conftest import SMOKE
 
 # --- the training data ---------------------------------------------------------------------------------------
@@ -70,3 +74,56 @@ def test_the_data_digest_is_compared_and_a_checkpoint_without_one_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="pods"):
         assert RunState._same_data(trainer_with(["a"]), {"path": "/x/step_0000004", "train_data": None}) == {}
     assert "checkpoint step_0000004 records no digest of its training data" in caplog.text
+
+
+# --- settings that make a run train on less than it seems --------------------------------------------------
+
+
+def test_a_warmup_longer_than_the_run_is_warned_with_the_numbers(caplog):
+    o = OptimConfig(lr=1e-3, weight_decay=0.0, grad_clip=1.0, warmup_steps=100)
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        msg = warn_long_warmup(o, max_steps=4, mu=1, max_train_time=0.0)
+    assert msg.startswith("optim.warmup_steps=100 is longer than the run's 4 optimizer steps (max_steps=4 x")
+    assert "the lr reaches only 3% of optim.lr=0.001" in msg and caplog.text.count("warmup_steps=100") == 1
+    assert warn_long_warmup(o, max_steps=100, mu=1, max_train_time=0.0) is None
+    assert warn_long_warmup(o, max_steps=4, mu=1, max_train_time=600.0) is None  # the clock bounds it
+
+
+def test_steps_that_train_on_nothing_for_zero_variance_are_warned_once(caplog):
+    w = callbacks.ZeroVarianceWarning(temperature=0.05, n=8)
+    trainer = SimpleNamespace(step=0)
+    skipped = {"update/skipped": 1.0, "rollout/rollouts": 16.0}
+    records = [
+        skipped,
+        {"update/skipped": 1.0, "rollout/rollouts": 0.0},
+        skipped,
+        skipped,
+    ]  # 2nd: no rollouts
+    records += [{"update/skipped": 0.0, "rollout/rollouts": 16.0}] + [skipped] * 5
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        for rec in records:
+            trainer.step += 1
+            w.on_step_end(trainer, rec)
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("steps 6-8 trained on nothing: in each, every group's selector.n=8 rollouts")
+    assert "48 rollouts in all). At sampling.temperature=0.05" in warned[0]
+
+
+def test_a_run_says_both_once(make_cfg, tmp_path, caplog):
+    over = [
+        "sampling.temperature=0.0001",
+        "optim.warmup_steps=50",
+        "eval.at_start=false",
+        "eval.at_end=false",
+    ]
+    with caplog.at_level(logging.WARNING, logger="pods"):  # near-greedy: the n rollouts of a prompt agree
+        run(make_cfg(*SMOKE, "selector.n=4", "selector.m=2", *over))
+    warned = [r.getMessage() for r in caplog.records if r.name == "pods"]
+    assert (
+        sum(m.startswith("optim.warmup_steps=50 is longer than the run's 3 optimizer steps") for m in warned)
+        == 1
+    )
+    zero = [m for m in warned if "trained on nothing" in m]
+    assert len(zero) == 1 and zero[0].startswith("steps 1-3 trained on nothing"), warned
+    assert "sampling.temperature=0.0001" in zero[0]
