@@ -4,13 +4,15 @@
   every checkpoint) is refused in one line naming resume_allow_dataset_change, and goes on with it (recorded in
   history.jsonl); a checkpoint written before the digest existed is a warning;
 - a warm-up longer than a run bounded by max_steps, and steps in a row that train on nothing because every group
-  has zero reward variance, are warned once.
+  has zero reward variance, are warned once;
+- a plugin reward that has not returned says so every WAIT_LINE_S seconds, naming itself.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +21,7 @@ from pods import callbacks
 from pods.config import ConfigError, OptimConfig
 from pods.data.prompts import PromptSet
 from pods.data.tasks import DataReport
+from pods.reward import limit
 from pods.run_state import RunState
 from pods.train import run
 from pods.update.optim import warn_long_warmup
@@ -127,3 +130,25 @@ def test_a_run_says_both_once(make_cfg, tmp_path, caplog):
     zero = [m for m in warned if "trained on nothing" in m]
     assert len(zero) == 1 and zero[0].startswith("steps 1-3 trained on nothing"), warned
     assert "sampling.temperature=0.0001" in zero[0]
+
+
+def slow_reward(completions, answers, **kw):
+    time.sleep(0.35)
+    return [0.0] * len(completions)
+
+
+def test_a_waiting_plugin_reward_names_itself_every_interval(monkeypatch, caplog):
+    monkeypatch.setattr(limit, "WAIT_LINE_S", 0.1)
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        assert limit.call_with_limit("slow", slow_reward, 5.0, ["x"], ["1"]) == [0.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert 2 <= len(lines) <= 4, lines
+    assert lines[0].startswith(
+        f"reward 'slow' ({__name__}.slow_reward) still running after 0 s (the run stops at "
+    )
+    assert "reward.plugin_timeout_s=5 s" in lines[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        limit.call_with_limit("fast", lambda c, a: [1.0], 5.0, ["x"], ["1"])
+        time.sleep(0.15)
+    assert not caplog.records  # a call that returned says nothing, then or later
