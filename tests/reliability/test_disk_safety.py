@@ -6,11 +6,14 @@
    history.jsonl, run_info.json's temporary file, a checkpoint's temporary directory, `latest`'s temporary
    file, checkpoints/) is refused in one line and the file it points to is untouched; a run directory that is
    itself under a link is fine;
+3. a damaged dataset cache file is rewritten whole when the task is generated again, or removed where the
+   rows cannot be cached, so that later runs read it instead of generating again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,8 @@ from omegaconf import OmegaConf
 
 from pods import checkpoint as ckpt
 from pods import history, runlock
+from pods.config import DatasetConfig
+from pods.data import cache, load_examples, tasks
 from pods.errors import CheckpointError
 from pods.files import LinkRefused
 from pods.prefilter import PREFILTERS, NoFilter
@@ -219,3 +224,50 @@ def test_a_run_refuses_a_link_in_one_line_before_the_model_loads(name, make_cfg,
     refused(e, d / name)
     assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
     assert outside.read_text() == "keep me\n"
+
+
+# --- 3. a damaged dataset cache file is repaired -------------------------------------------------------------
+
+
+def rg(**kw):
+    base = {"name": "t", "source": "reasoning_gym", "task": "chain_sum", "train_size": 16, "eval_size": 4}
+    return OmegaConf.merge(OmegaConf.structured(DatasetConfig), base, kw)
+
+
+def test_a_cache_file_found_short_is_rewritten_and_read_by_the_next_run(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("PODS_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = rg()
+    rows = load_examples(cfg, "train")[0]
+    path = tasks.task_cache_path(cfg, "train")
+    entry = json.loads(path.read_text())
+    path.write_text(json.dumps({**entry, "data": entry["data"][:5]}))  # cut short, its count left
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        assert load_examples(cfg, "train")[0] == rows
+        assert json.loads(path.read_text()) == entry  # rewritten whole
+        assert load_examples(cfg, "train")[0] == rows  # the next run reads it back
+    assert sum("task cache" in r.getMessage() for r in caplog.records) == 1
+    assert not list(path.parent.glob(".*.tmp"))  # no temporary file left
+
+
+def test_a_damaged_cache_file_whose_rows_cannot_be_kept_is_removed(tmp_path, caplog):
+    path = tmp_path / "entry.json"
+    path.write_text('{"pods_task_cache": 2, "rows": 9, "data": []}')  # damaged
+    rows = [("item 0", {"question": "q", "answer": "1", "metadata": {"seen": {1, 2}}})]  # a set: not kept
+    with caplog.at_level(logging.INFO, logger="pods"):
+        assert cache.write_task_cache(path, rows) is False
+    assert not path.exists() and "removed: these rows would not read back equal" in caplog.text
+
+
+def test_a_damaged_cache_file_that_cannot_be_replaced_is_named(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "entry.json"
+    path.write_text("[")
+
+    def fail(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cache.os, "replace", fail)
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: fail() if self == path else None)
+    with caplog.at_level(logging.WARNING, logger="pods"):
+        assert cache.write_task_cache(path, [("item 0", {"question": "q", "answer": "1"})]) is False
+    assert path.read_text() == "["
+    assert "is left in place (it cannot be rewritten (Permission denied)" in caplog.text
