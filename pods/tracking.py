@@ -71,14 +71,18 @@ def write_run_info(
     keep=False,
     decisions=None,
 ) -> dict:
-    """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
+    """run_info.json: identity, the components (pods.components.summary), data report, world size, threads;
+    its W&B id survives a resume.
     `keep` (a resume): the file as the run's first start wrote it is kept (fields it lacks are added); this
     start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
     `decisions`: the settings left `auto` that were decided with the model on the device, and why (the
     rollout backend's: rows per generate call, the decode attention)."""
+    from pods.components import summary
+
     path = run_dir / "run_info.json"
     info = run_info_for(c)
+    info["components"] = summary(c)  # every active component and its settings, by stage
     if decisions:
         info["decisions"] = decisions
     try:

@@ -100,7 +100,7 @@ def preflight(cfg) -> TrainConfig:
     """Every check that needs no model weights; hardware=auto is settled here (full fine-tune or LoRA, the
     update's layout). Returns the run's typed settings (pods.config.TrainConfig, frozen), the only form of
     the config the stages see."""
-    from pods.components import checked
+    from pods.components import checked, log_summary, summary
 
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
@@ -118,6 +118,8 @@ def preflight(cfg) -> TrainConfig:
     c = settle_rollout(c, device)  # rollout.hf's auto decode knobs, so config.yaml holds what runs
     c.check()  # again: LoRA's own fields, when it was chosen
     backend.preflight(RolloutSettings.from_config(c))  # e.g. vllm: the engine is installed
+    if runlock.main_process():  # the log's first lines: what runs, stage by stage (run_info.json's too)
+        log_summary(summary(c))
     return c
 
 

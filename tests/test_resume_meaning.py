@@ -5,7 +5,8 @@
   history.jsonl); a checkpoint written before the digest existed is a warning;
 - a warm-up longer than a run bounded by max_steps, and steps in a row that train on nothing because every group
   has zero reward variance, are warned once;
-- a plugin reward that has not returned says so every WAIT_LINE_S seconds, naming itself.
+- a plugin reward that has not returned says so every WAIT_LINE_S seconds, naming itself;
+- the log's first lines and run_info.json name every active component with its settings.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from types import SimpleNamespace
 import pytest
 
 from pods import callbacks
+from pods.components import checked, log_summary, summary
 from pods.config import ConfigError, OptimConfig
 from pods.data.prompts import PromptSet
 from pods.data.tasks import DataReport
 from pods.reward import limit
 from pods.run_state import RunState
+from pods.tracking import write_run_info
 from pods.train import run
 from pods.update.optim import warn_long_warmup
 from tests.conftest import SMOKE
@@ -152,3 +155,33 @@ def test_a_waiting_plugin_reward_names_itself_every_interval(monkeypatch, caplog
         limit.call_with_limit("fast", lambda c, a: [1.0], 5.0, ["x"], ["1"])
         time.sleep(0.15)
     assert not caplog.records  # a call that returned says nothing, then or later
+
+
+# --- what runs, named --------------------------------------------------------------------------------------
+
+
+def test_run_info_and_the_log_name_every_active_component(make_cfg, tmp_path, caplog):
+    c = checked(make_cfg(*SMOKE, "prefilter=greso", "dynamic_sampling.enabled=true", "loss=dapo"))
+    info = write_run_info(c, tmp_path, {}, 1, 1, True)
+    comp = json.loads((tmp_path / "run_info.json").read_text())["components"]
+    assert comp == info["components"] == summary(c)
+    assert list(comp) == [
+        "prefilter",
+        "rollout",
+        "reward",
+        "dynamic_sampling",
+        "selector",
+        "advantage",
+        "loss",
+    ]
+    assert comp["prefilter"]["name"] == "greso" and "p_init" in comp["prefilter"]
+    assert comp["selector"] == {"name": "max_variance", "n": 8, "m": 4}
+    assert comp["dynamic_sampling"]["enabled"] is True and comp["loss"]["name"] == "dapo"
+    assert comp["rollout"]["name"] == "hf" and comp["advantage"]["name"] == "grpo"
+    with caplog.at_level(logging.INFO, logger="pods"):
+        log_summary(comp)
+    lines = [r.getMessage() for r in caplog.records]
+    assert (
+        lines[0].startswith("prefilter: greso (p_init=") and lines[4] == "selector: max_variance (n=8, m=4)"
+    )
+    assert lines[3].startswith("dynamic_sampling: on (oversample=")
