@@ -14,17 +14,20 @@ it was saved under) so a resume can pick one without loading the optimizer state
 and the size and SHA-256 of every file, read back from disk at save time: a resume verifies them
 (`verify`) and never loads a damaged or half-written file. A save that fails (a full disk) removes its
 temporary directory and raises one line (CheckpointError); the previous checkpoint and `latest` stay.
-trainer_state.pt is loaded with weights_only=True: tensors, containers and numpy's RNG state only.
+trainer_state.pt is loaded with weights_only=True: tensors, containers, numpy's numbers and numeric arrays only;
+`unreadable(state)` says whether a state would load back (pods.testing and the trainer's saves ask it).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import logging
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +36,7 @@ import numpy as np
 import torch
 
 from pods.errors import CheckpointError
+from pods.files import fresh_dir, open_write, refuse_link
 
 LATEST = "latest"
 META = "meta.json"
@@ -90,7 +94,7 @@ def save_checkpoint(
     """Write step_<step>/ atomically. `model_state`: a full state dict to save instead of the model's own
     (FSDP gathers one, since the module holds only this rank's shard). `meta`: small facts saved in
     meta.json beside it (the trainer records how many metrics lines the checkpoint covers)."""
-    ckpt_root.mkdir(parents=True, exist_ok=True)
+    fresh_dir(ckpt_root)  # a link in place of checkpoints/ (or of any name below) is refused: pods/files.py
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}"
     try:
@@ -112,13 +116,15 @@ def save_checkpoint(
 
 
 def _write(tmp: Path, step: int, model, trainer_state: dict, model_state: dict | None, meta: dict | None):
+    refuse_link(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(exist_ok=True)  # this save's own directory (not a link): what is written below lands in it
     if model_state is None:
         model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
     else:
         model.save_pretrained(tmp / "model", state_dict=model_state)
     # trainer_state.pt's presence marks a checkpoint complete; meta.json, last, holds every file's checksum
-    torch.save({**trainer_state, "step": step}, tmp / "trainer_state.pt")
+    save_state({**trainer_state, "step": step}, tmp / "trainer_state.pt")
     _fsync_dir(tmp)
     files = {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     (tmp / META).write_text(json.dumps({**(meta or {}), "step": step, "files": files}))
@@ -135,8 +141,9 @@ def _publish(ckpt_root: Path, tmp: Path, final: Path) -> None:
         _fsync_dir(ckpt_root, files=False)
     os.replace(tmp, final)
     pointer = ckpt_root / f".{LATEST}.tmp"
-    pointer.write_text(final.name)
-    with open(pointer, "rb+") as f:
+    with open_write(pointer, "w") as f:
+        f.write(final.name)
+        f.flush()
         os.fsync(f.fileno())
     os.replace(pointer, ckpt_root / LATEST)
     _fsync_dir(ckpt_root, files=False)
@@ -216,6 +223,11 @@ def meta_problem(meta, ckpt: Path) -> str | None:
             return f"has a malformed {key} ({meta[key]!r})"
     if meta.get("config") is not None and not isinstance(meta["config"], dict):
         return "has a malformed config"
+    data = meta.get("train_data")
+    if data is not None and not (
+        isinstance(data, dict) and _int(data.get("rows")) and isinstance(data.get("sha256"), str)
+    ):
+        return "has a malformed train_data"
     return None
 
 
@@ -329,15 +341,60 @@ def read_weights(ckpt: Path) -> dict:
     return state
 
 
-# What trainer_state.pt holds besides tensors and containers: numpy's RNG state (an array and its dtype).
-# weights_only=True refuses anything else, so a foreign checkpoint directory cannot run code on load.
-_SAFE_GLOBALS = [np.ndarray, np.dtype, np.dtype("uint32").__class__]
+# What trainer_state.pt may hold besides tensors and containers: numpy's numbers and numeric arrays (its RNG
+# state is one; a component's state may hold more), rebuilt from their dtype and bytes. weights_only=True
+# refuses anything else (an object array, a numpy Generator, a class of a plugin's), so a foreign checkpoint
+# directory cannot run code on load.
 try:
-    _SAFE_GLOBALS.append(np._core.multiarray._reconstruct)  # numpy >= 2
+    _multiarray = np._core.multiarray  # numpy >= 2
 except AttributeError:
-    _SAFE_GLOBALS.append(np.core.multiarray._reconstruct)
+    _multiarray = np.core.multiarray
+_NUMERIC = "?bBhHiIlLqQefdgFDG"  # bool, the integers, the floats and complex numbers (numpy's type codes)
+_SAFE_GLOBALS = [
+    np.ndarray,
+    np.dtype,
+    _multiarray._reconstruct,  # an array
+    _multiarray.scalar,  # a number: np.float64(0.5), np.int64(3)
+    *dict.fromkeys(type(np.dtype(code)) for code in _NUMERIC),  # Float64DType, ...: the dtypes themselves
+]
+
+
+def save_state(state: dict, f) -> None:
+    """torch.save, as trainer_state.pt is written (`f`: a path or a binary file)."""
+    torch.save(state, f)
+
+
+def load_state(f) -> dict:
+    """torch.load with weights_only=True and numpy's numbers and arrays allowed, as a resume reads it."""
+    with torch.serialization.safe_globals(_SAFE_GLOBALS):
+        return torch.load(f, weights_only=True)
+
+
+def round_trip(state):
+    """`state` saved and loaded back as a checkpoint holds it; raises what the load raises."""
+    buf = io.BytesIO()
+    save_state(state, buf)
+    buf.seek(0)
+    return load_state(buf)
+
+
+def unreadable(state) -> str | None:
+    """Why `state` could be saved in a checkpoint but not read back by a resume (one line), or None."""
+    try:
+        round_trip(state)
+    except Exception as e:  # noqa: BLE001 - pickle and the weights_only unpickler raise many types
+        return load_failure(e)
+    return None
+
+
+def load_failure(e: BaseException) -> str:
+    """torch.save's or a weights_only load's error in one line: the type it met, else its first line."""
+    text = str(e)
+    what = re.search(r"Unsupported global: GLOBAL (\S+)|but got <class '([^']+)'>", text)
+    if what:
+        return f"it holds a {what.group(1) or what.group(2)}, which a weights_only load refuses"
+    return f"{type(e).__name__}: {(text.strip().splitlines() or [''])[0][:200]}"
 
 
 def load_trainer_state(ckpt: Path) -> dict:
-    with torch.serialization.safe_globals(_SAFE_GLOBALS):
-        return torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    return load_state(ckpt / "trainer_state.pt")

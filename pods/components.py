@@ -20,6 +20,7 @@ a component that breaks its contract is one line here, before the model loads, n
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from functools import partial
 from typing import Any
@@ -178,6 +179,34 @@ def conform(c: TrainConfig) -> None:
             from pods.registry import raised
 
             raise ConfigError(f"{key} fails its contract: {raised(e)} (pods.testing)") from None
+
+
+def summary(c: TrainConfig) -> dict[str, dict]:
+    """Every active component of the run, by stage, with its settings (its own section's, or the group's
+    fields it reads): run_info.json's `components`, and the first lines of the log (`log_summary`)."""
+    from pods.registry import knobs
+
+    own = lambda group: {"name": group.name, **knobs(group.own())}  # noqa: E731
+    s, a = c.selector, c.algo
+    out = {
+        "prefilter": own(c.prefilter),
+        "rollout": {**own(c.rollout), "batch_size": c.rollout.batch_size},  # the backend
+        "reward": {"weights": dict(c.reward.weights), "correctness": c.reward.correctness},
+        "dynamic_sampling": dataclasses.asdict(c.dynamic_sampling),
+        "selector": {"name": s.name, "n": s.n, "m": s.m, **knobs(s.own())},
+        "advantage": own(c.advantage),
+        "loss": {**own(c.loss), "epsilon": a.epsilon, "epsilon_high": a.epsilon_high, "beta": a.beta},
+    }
+    return json.loads(json.dumps(out, default=str))  # plain JSON values (a tuple as a list)
+
+
+def log_summary(components: dict[str, dict]) -> None:
+    """One line per stage: `prefilter: greso (p_init=0.5, ...)`, `dynamic_sampling: off`."""
+    log = logging.getLogger("pods")
+    for stage, settings in components.items():
+        rest = ", ".join(f"{k}={v}" for k, v in settings.items() if k not in ("name", "enabled"))
+        name = settings.get("name") or {True: "on", False: "off"}.get(settings.get("enabled"), "")
+        log.info("%s: %s", stage, f"{name} ({rest})" if name and rest and name != "off" else name or rest)
 
 
 def checked(cfg: Any) -> TrainConfig:

@@ -527,6 +527,9 @@ class TrainConfig:
     # optim.warmup_ratio); refused otherwise, as the lr would follow neither run's schedule (history.jsonl
     # records the change)
     resume_allow_schedule_change: bool = False
+    # let a resume train on other data than its checkpoint's (a digest of the train prompts and answers, saved
+    # in every checkpoint: an edited or regenerated file); refused otherwise (history.jsonl records the change)
+    resume_allow_dataset_change: bool = False
     max_empty_steps: int = 3  # steps in a row that roll out nothing (no prompt kept) that stop the run
     run_dir: str = "outputs/run"  # set by Hydra to its output dir
     name: str | None = None  # run name; default: pods.naming.run_name (the stages, n, m and seed)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pods.errors import ConfigError, writing
+from pods.files import open_write
 
 HISTORY = "history.jsonl"
 
@@ -38,6 +39,7 @@ FREE_KEYS = (
     "logger",  # where metrics go besides metrics.jsonl (W&B project, mode, group, completions printed)
     "resume",  # how this start was asked for
     "resume_allow_schedule_change",  # what this resume may do (a schedule it changes is in history.jsonl)
+    "resume_allow_dataset_change",  # (and the data it changes)
     "max_empty_steps",  # when a run that rolls out nothing stops
     "run_dir",  # where the run directory is now (it may have been moved)
     "hardware.num_threads",  # this machine's CPU threads, grading processes and CUDA allocator
@@ -140,7 +142,7 @@ def append(run_dir, event: str, **fields) -> None:
         **fields,
     }
     path = Path(run_dir) / HISTORY
-    with writing(path), open(path, "a") as f:
+    with writing(path), open_write(path, "a") as f:
         f.write(json.dumps(rec, default=str) + "\n")
 
 

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 
 from pods import checkpoint as ckpt
-from pods.errors import ConfigError
+from pods.errors import CheckpointError, ConfigError
 from pods.spelling import current_components
 from pods.tracking import MetricsGapError, check_metrics, pods_record
 
@@ -49,6 +49,7 @@ class Checkpointer:
                 "components": {k: c.state_dict() for k, c in components.items()},
                 "per_rank": per_rank,
             }
+            readable(state, step, self.root)  # a checkpoint no resume could load is not written
             ckpt.save_checkpoint(
                 self.root, step, model, state, self.keep_last, model_state=model_state, meta=meta
             )
@@ -118,6 +119,7 @@ class Checkpointer:
                 "last_eval_step": last_eval,
                 "eval_pending": meta.get("eval_pending") is True,  # a stop cut its step's eval short
                 "config": meta.get("config"),  # the config it was saved under (None: an older pods)
+                "train_data": meta.get("train_data"),  # the digest of the rows it trained on (None: older)
             }
         if gap is not None:
             raise MetricsGapError(
@@ -192,6 +194,25 @@ class Checkpointer:
 
 
 FORMAT = 2
+
+
+def readable(state: dict, step: int, root: Path) -> None:
+    """CheckpointError (one line) naming the first component whose state a resume could not read back
+    (weights_only: pods/checkpoint.py), before anything is written; the optimizer's is torch's own."""
+    parts = {
+        **state["components"],
+        **{f"{k} (rank {r})": v for r, p in enumerate(state["per_rank"]) for k, v in p.items()},
+    }
+    for name, part in parts.items():
+        why = ckpt.unreadable(part)
+        if why is not None:
+            prev = ckpt.latest_checkpoint(root)
+            kept = f"{prev.name} and `latest` are intact" if prev else "there is no earlier checkpoint"
+            raise CheckpointError(
+                f"checkpoint of step {step} not saved: a resume could not read back the state of {name!r} "
+                f"({why}); {kept}. Keep plain data in its state_dict(): dicts, lists, numbers, strings, tensors, "
+                "numpy numbers and arrays (pods.testing.check_state)"
+            )
 
 
 def count_records(path: Path) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from pods import history
 from pods.config import as_container
+from pods.errors import ConfigError
 from pods.spelling import current_config
 from pods.update.optim import check_schedule_kept
 
@@ -63,6 +64,7 @@ class RunState:
         with self.timer.phase("checkpoint"):
             # the config it is saved under: a resume refuses another experiment (pods/history.py)
             meta = {"last_eval_step": self.last_eval_step, "config": as_container(self.settings)}
+            meta["train_data"] = self.train_digest  # the rows it trains on: a resume compares them
             meta.update({"eval_pending": True} if self.eval_pending else {})
             if self.logger:  # rank 0: the records the checkpoint covers, on disk first
                 self.logger.sync()
@@ -96,6 +98,36 @@ class RunState:
         for key, (old, new) in changed.items():
             log.info("resume: %s changed from %s to %s (history.jsonl)", key, old, new)
         return changed
+
+    def _same_data(self, plan: dict | None) -> dict:
+        """The digest of the train prompts and answers (`train_digest`, saved in every checkpoint's meta.json
+        as train_data). Refuse (ConfigError) a resume whose digest differs from its checkpoint's (the file was
+        edited, regenerated or replaced), unless resume_allow_dataset_change; returns {"train_data": (old,
+        new)} for history.jsonl when allowed. A checkpoint of an older pods holds none: a warning."""
+        self.train_digest = now = self.train_set.digest()
+        if not plan:
+            return {}
+        saved, where = plan.get("train_data"), Path(plan["path"]).name
+        if saved is None:
+            log.warning(
+                "checkpoint %s records no digest of its training data (written before pods saved one): the "
+                "data this resume trains on (%d rows) is not compared with it",
+                where,
+                now["rows"],
+            )
+            return {}
+        if saved == now:
+            return {}
+        show = lambda d: f"{d['rows']} rows, sha256 {d['sha256'][:12]}"  # noqa: E731
+        if not self.settings.resume_allow_dataset_change:
+            raise ConfigError(
+                f"resume=true: the training data ({show(now)}) differs from the data checkpoint {where} "
+                f"trained on ({show(saved)}): a prompt or answer of dataset.task={self.settings.dataset.task} "
+                "was edited, added or removed since. Resume with the data it trained on, or set "
+                "resume_allow_dataset_change=true to go on with this data (history.jsonl records it)"
+            )
+        log.warning("resume: the training data changed (%s -> %s), as allowed", show(saved), show(now))
+        return {"train_data": (show(saved), show(now))}
 
     def _resume(self, plan: dict) -> int:
         """Restore everything from the planned checkpoint; returns its step (-1: none, start afresh)."""

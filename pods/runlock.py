@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from pods.errors import ConfigError, writing
+from pods.files import open_fd
 
 LOCK = "run.lock"
 REQUEUE_WAIT_S = 300.0  # a requeued Slurm job waits this long for its previous run's lock to go
@@ -79,7 +80,7 @@ def acquire(run_dir, wait_s: float | None = None) -> None:
         return
     key.mkdir(parents=True, exist_ok=True)
     with writing(key / LOCK):
-        fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_fd(key / LOCK, "r+")  # a link in its place is refused, never followed (pods/files.py)
     deadline = None
     while True:
         try:

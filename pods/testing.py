@@ -11,7 +11,8 @@ Each check exercises the contract the loop relies on and raises AssertionError s
     check_reward(fn, rows=)   one finite float per completion, deterministic, [] for no completions; with
                               dataset rows, their fields passed as the run passes them
     check_prefilter(cls)      built with its real settings; keep/observe/end_step/metrics in order; its
-                              state pickles (a checkpoint holds it) and a round trip decides alike
+                              state read back from a checkpoint (check_state) decides alike
+    check_state(state)        a state_dict() saved and loaded as a checkpoint holds it (weights_only)
     check_backend(cls, ...)   the Generator signature, then a Rollouts of the right layout, greedy and
                               seeded sampling reproducible, batch_size honoured, sync_weights callable
     check_advantage(fn)       (P, m) finite floats for (P, m) kept rewards, input untouched, deterministic
@@ -28,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import pickle
 from collections.abc import Callable
 
 import torch
@@ -189,8 +189,8 @@ def check_prefilter(
     """A prefilter built as a run builds it, `cls(seed=..., **knobs)` (settings: given, else its registry
     entry's dataclass at its defaults; pods.prefilter.registry.construct): keep() gives one bool per prompt,
     observe/end_step/metrics run in the loop's order over a few epochs, metrics are numbers named
-    `prefilter/...`, and a filter loaded from another's state_dict() (built with another seed) makes the same
-    decisions from there on."""
+    `prefilter/...`, its state_dict() reads back from a checkpoint (check_state), and a filter loaded from what
+    was read back (built with another seed) makes the same decisions from there on."""
     from pods.prefilter import PREFILTERS
     from pods.prefilter.registry import construct
 
@@ -199,7 +199,7 @@ def check_prefilter(
     ids = list(range(prompts))
     g = torch.Generator().manual_seed(seed)
     a = construct(cls, settings, seed)
-    _picklable(a.state_dict(), "when built")
+    check_state(a.state_dict(), "prefilter: state_dict() when built")
     for epoch in range(epochs):
         kept = a.keep(ids, epoch)
         assert len(kept) == len(ids), f"prefilter: keep() gave {len(kept)} decisions for {len(ids)} prompts"
@@ -214,21 +214,25 @@ def check_prefilter(
         for k, v in metrics.items():
             assert k.startswith("prefilter/"), f"prefilter: metric {k!r} is not named prefilter/..."
             assert isinstance(v, (int, float)) and math.isfinite(v), f"prefilter: metric {k}={v!r}"
-    _picklable(a.state_dict(), f"after {epochs} epochs")
+    saved = check_state(a.state_dict(), f"prefilter: state_dict() after {epochs} epochs")
     b = construct(cls, settings, seed + 1)
-    b.load_state_dict(a.state_dict())
+    b.load_state_dict(saved)  # as a resume restores it: from what the checkpoint read back
     assert a.keep(ids, epochs) == b.keep(ids, epochs), "prefilter: a state round trip decides differently"
 
 
-def _picklable(state, when: str) -> None:
-    """A checkpoint saves the prefilter's state with torch.save (pickle): it must pickle."""
+def check_state(state, what: str = "state_dict()"):
+    """`state` (a component's state_dict()) saved and read back as a checkpoint holds it: torch.save, then
+    torch.load with weights_only=True as a resume reads trainer_state.pt (pods/checkpoint.py). Returns what was
+    read back; AssertionError, starting with `what`, naming what it holds that a resume could not load."""
+    from pods.checkpoint import load_failure, round_trip
+
     try:
-        pickle.dumps(state)
-    except Exception as e:  # noqa: BLE001 - pickle raises PicklingError, TypeError, AttributeError, ...
-        msg = str(e).splitlines()[0] if str(e) else ""
+        return round_trip(state)
+    except Exception as e:  # noqa: BLE001 - pickle and the weights_only unpickler raise many types
         raise AssertionError(
-            f"prefilter: state_dict() {when} cannot be pickled ({type(e).__name__}: {msg}), so no checkpoint could "
-            "hold it; keep plain data in it (dicts, lists, numbers, tensors)"
+            f"{what} does not survive a checkpoint's save and load ({load_failure(e)}), so no run could resume "
+            "from one; keep plain data in it: dicts, lists, strings, numbers, tensors, numpy numbers and "
+            "numeric arrays (of a numpy Generator, its bit_generator.state)"
         ) from None
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pods.config import LoggerConfig, TrainConfig
 from pods.errors import writing
+from pods.files import nofollow, refuse_link, write_text
 from pods.naming import run_name, variant_name
 from pods.spelling import current_metrics
 
@@ -70,14 +71,18 @@ def write_run_info(
     keep=False,
     decisions=None,
 ) -> dict:
-    """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
+    """run_info.json: identity, the components (pods.components.summary), data report, world size, threads;
+    its W&B id survives a resume.
     `keep` (a resume): the file as the run's first start wrote it is kept (fields it lacks are added); this
     start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
     `decisions`: the settings left `auto` that were decided with the model on the device, and why (the
     rollout backend's: rows per generate call, the decode attention)."""
+    from pods.components import summary
+
     path = run_dir / "run_info.json"
     info = run_info_for(c)
+    info["components"] = summary(c)  # every active component and its settings, by stage
     if decisions:
         info["decisions"] = decisions
     try:
@@ -101,11 +106,14 @@ def write_run_info(
 
 
 def replace_file(path: Path, text: str) -> None:
-    """Write `path` whole or not at all (a temporary file renamed over it): a full disk leaves the old one."""
+    """Write `path` whole or not at all (a temporary file renamed over it): a full disk leaves the old one.
+    A link at `path` or at the temporary file is refused, not followed (pods/files.py)."""
     tmp = path.with_name(f".{path.name}.tmp")
+    refuse_link(path)
+    refuse_link(tmp)
     try:
         with writing(tmp):
-            tmp.write_text(text)
+            write_text(tmp, text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -186,6 +194,7 @@ class MetricsLogger:
     def __init__(self, logger: LoggerConfig, run_dir: Path, run_info: dict, config: dict | None = None):
         """`config`: the run's settings as a plain dict, W&B's run config."""
         self.path = run_dir / "metrics.jsonl"
+        refuse_link(self.path)  # appended to line by line: a link would have the records written elsewhere
         self.lines = _count_lines(self.path)  # complete lines so far; a checkpoint records how many it covers
         self.wandb = None
         if logger.backend == "wandb":
@@ -217,7 +226,7 @@ class MetricsLogger:
 
     def log(self, record: dict) -> None:
         rec = {k: _clean(v) for k, v in record.items()}
-        with writing(self.path), open(self.path, "a") as f:  # closed per line: a kill loses nothing logged
+        with writing(self.path), open(self.path, "a", opener=nofollow) as f:  # closed per line: none lost
             end = f.tell()
             try:
                 f.write(json.dumps(rec) + "\n")
@@ -247,7 +256,7 @@ class MetricsLogger:
     def sync(self) -> None:
         """fsync before a checkpoint, so the metrics it covers survive even a machine crash."""
         if self.path.exists():
-            with writing(self.path), open(self.path, "a") as f:
+            with writing(self.path), open(self.path, "a", opener=nofollow) as f:
                 os.fsync(f.fileno())
 
     def finish(self) -> None:
@@ -367,10 +376,12 @@ def truncate_metrics(path: Path, step: int, covered_lines: int | None = None) ->
     path = Path(path)
     if not path.exists() and step <= 0:
         return
+    refuse_link(path)  # its records would be read from, and its rewrite replace, a file outside the run
     keep = check_metrics(path, step, covered_lines)
     tmp = path.with_suffix(".tmp")
+    refuse_link(tmp)
     try:
-        with writing(tmp), open(tmp, "w") as f:
+        with writing(tmp), open(tmp, "w", opener=nofollow) as f:
             f.write("".join(x + "\n" for x in keep))
             f.flush()
             os.fsync(f.fileno())

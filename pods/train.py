@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from pods import cli, runlock
 from pods.cli import CONF_DIR
 from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
-from pods.errors import file_fault, writing
+from pods.errors import RunError, file_fault, writing
+from pods.files import refuse_links_in, write_text
 
 log = logging.getLogger("pods")
 register_schema()
@@ -44,12 +45,14 @@ def check_writable(path: str | Path, key: str) -> None:
 def check_run_dir(run_dir: str | Path, resume: bool) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
     already saved is overwritten or mixed with a new run's metrics. The run directory and its
-    checkpoints/ must be writable: checked here, not at the first save."""
+    checkpoints/ must be writable, and no file pods writes there a symbolic link: checked here, not at the
+    first save."""
     if not runlock.main_process():
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(run_dir)
     ckpts = run_dir / "checkpoints"
     check_writable(run_dir, "run_dir")
+    refuse_links_in(run_dir)  # a link in place of a file pods writes: one line now, not at the first save
     if ckpts.exists():
         check_writable(ckpts, "run_dir/checkpoints")
     runlock.acquire(run_dir)  # held for the run's life: a second process on this dir stops here
@@ -97,7 +100,7 @@ def preflight(cfg) -> TrainConfig:
     """Every check that needs no model weights; hardware=auto is settled here (full fine-tune or LoRA, the
     update's layout). Returns the run's typed settings (pods.config.TrainConfig, frozen), the only form of
     the config the stages see."""
-    from pods.components import checked
+    from pods.components import checked, log_summary, summary
 
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
@@ -115,6 +118,8 @@ def preflight(cfg) -> TrainConfig:
     c = settle_rollout(c, device)  # rollout.hf's auto decode knobs, so config.yaml holds what runs
     c.check()  # again: LoRA's own fields, when it was chosen
     backend.preflight(RolloutSettings.from_config(c))  # e.g. vllm: the engine is installed
+    if runlock.main_process():  # the log's first lines: what runs, stage by stage (run_info.json's too)
+        log_summary(summary(c))
     return c
 
 
@@ -142,8 +147,8 @@ def run(cfg, callbacks=()) -> dict:
         if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a
             # resume's changes go to history.jsonl, not here
-            with writing(config):
-                OmegaConf.save(as_container(c), config)
+            with writing(config):  # a link in its place is refused (pods/files.py)
+                write_text(config, OmegaConf.to_yaml(as_container(c)))
         with slurm.lost_rank_ends_the_job(trainer):  # several tasks: a lost node is one line, not a traceback
             final = trainer.train()
         stop.check(trainer)  # a signal during the final eval or save: the run is saved; exit as signalled
@@ -176,7 +181,7 @@ class OutputDirCheck(Callback):
         if runlock.main_process():  # the run dir's lock, before Hydra writes .hydra/ and its log there
             try:
                 runlock.acquire(OmegaConf.select(config, "hydra.run.dir"))
-            except ConfigError as e:
+            except (ConfigError, RunError) as e:  # held by another run; a link in place of run.lock
                 cli.fail(str(e))
             except OSError as e:  # run.lock on a full or read-only disk
                 cli.fail(str(file_fault(e)))

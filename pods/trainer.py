@@ -23,6 +23,7 @@ import torch
 import transformers
 
 from pods import faults, history, runlock, stopping
+from pods.callbacks import ZeroVarianceWarning
 from pods.checkpoint import RngStreams
 from pods.collect import Stages, collect
 from pods.config import TrainConfig
@@ -84,6 +85,7 @@ class Trainer(RunState):
         self.reward_fn = build_reward(c.reward)
         self.train_set, self.eval_set = load_prompt_sets(c.dataset, c.model, self.tok)
         check_on_data(self.reward_fn, self.train_set, self.eval_set, c.dataset.name)  # a bad term: one line
+        changed.update(self._same_data(plan))  # other data than the checkpoint's: refused here too
         # the math-verify workers start now if the data needs them
         self.reward_fn.prepare(self.train_set.answers + self.eval_set.answers)
         # the heavy part comes after every check
@@ -111,6 +113,7 @@ class Trainer(RunState):
         self.select_rng = torch.Generator().manual_seed(c.seed * 1000 + self.dist.rank)
         self.rng = RngStreams(self.select_rng)  # this rank's random streams, the selection generator's too
         self.selector = SelectorStage(c.selector, self.select_rng, self.dist, self.timer)
+        self.callbacks.append(ZeroVarianceWarning(c.sampling.temperature, c.selector.n, self.dist.is_main))
         train, dist, n = self.train_set, self.dist, c.selector.n
         self.stages = Stages(  # each built once, from its own groups; the selector and update stages above
             prefilter=PrefilterStage(

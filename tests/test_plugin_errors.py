@@ -218,7 +218,8 @@ def test_a_prefilter_whose_state_cannot_be_pickled_is_refused_at_preflight(make_
     with pytest.raises(ConfigError) as e:
         checked(make_cfg("prefilter.name=test_lambda"))
     assert str(e.value).startswith(
-        "prefilter.name='test_lambda': prefilter: state_dict() when built cannot be pickled ("
+        "prefilter.name='test_lambda': prefilter: state_dict() when built does not survive a checkpoint's save "
+        "and load ("
     ), str(e.value)
     assert "\n" not in str(e.value)
 

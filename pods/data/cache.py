@@ -3,11 +3,13 @@
 One JSON file per task, settings and split, under $PODS_CACHE_DIR (else $XDG_CACHE_HOME/pods, else
 ~/.cache/pods; PODS_CACHE_DIR=off: none). A file holds the settings it was generated from, its row count and a
 sha256 of its settings and rows; one that does not match (cut short, edited, another layout) is generated
-again, with one warning line: a cache can never silently shrink or change the training set.
+again, with one warning line, and rewritten in place (atomically), or removed where its rows cannot be kept:
+a cache can never silently shrink or change the training set, nor warn on every run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -122,24 +124,56 @@ def _untag_all(data: list) -> list:
     return json.loads(json.dumps(data), object_hook=_untag)
 
 
-def write_task_cache(path: Path | None, rows: list[tuple[str, dict]], settings: str = "") -> None:
+def write_task_cache(path: Path | None, rows: list[tuple[str, dict]], settings: str = "") -> bool:
     """Keep `rows` at `path` with their count and hash if they read back equal (tuples kept as tuples; a row
     holding a set, an object or a non-string key would not read back equal: such a task is generated every
-    run); atomic (a temporary file renamed), and silent where the folder is not writable."""
+    run); atomic (a temporary file, fsynced, renamed over the old one), and silent where the folder is not
+    writable. Returns whether it was written. It is called after a miss, so a file already at `path` is not
+    these rows (a damaged one, which read_task_cache warned about): replaced, or, where these rows cannot be
+    kept, removed, so that later runs do not read it and generate again every time."""
     if path is None:
-        return
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         data = json.loads(json.dumps([[w, _tag(r)] for w, r in rows]))
-        if [(w, r) for w, r in _untag_all(data)] != rows:
-            return
+        same = [(w, r) for w, r in _untag_all(data)] == rows
+    except (TypeError, ValueError):  # a set, an object, a non-string key
+        same = False
+    if not same:
+        _discard(path, "these rows would not read back equal")
+        return False
+    try:
         entry = {"pods_task_cache": LAYOUT, "settings": settings, "rows": len(data)}
         text = json.dumps({**entry, "sha256": _digest(settings, data), "data": data})
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
+        return True
+    except (OSError, TypeError, ValueError) as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        _discard(path, f"it cannot be rewritten ({getattr(e, 'strerror', None) or type(e).__name__})")
+        return False
+
+
+def _discard(path: Path, why: str) -> None:
+    """Remove the damaged cache file at `path`, if any; a warning if even that fails."""
+    if not path.is_file():
         return
+    try:
+        path.unlink()
+        log.info("task cache %s removed: %s", path, why)
+    except OSError as e:
+        log.warning(
+            "task cache %s is left in place (%s; removing it failed: %s): every run generates the task again "
+            "until it is deleted",
+            path,
+            why,
+            e.strerror or type(e).__name__,
+        )
 
 
 def task_is_cached(cfg) -> bool:

@@ -4,6 +4,8 @@ checked against the model's prompt budget (a prompt that is too long is bad data
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -21,6 +23,14 @@ class PromptSet:
     answers: list[str]  # gold final answers
     fields: list[dict]  # each prompt's dataset row as read (every column): what a reward may read besides
     report: DataReport  # rows read, kept, and bad rows by reason
+
+    def digest(self) -> dict:
+        """{"rows", "sha256"} of the prompts and gold answers, in order: what a run trains on. Every checkpoint
+        saves the train set's (meta.json), so that a resume on edited data is refused (pods/run_state.py)."""
+        h = hashlib.sha256()
+        for prompt, answer in zip(self.prompts, self.answers, strict=True):
+            h.update(json.dumps([prompt, answer]).encode() + b"\n")
+        return {"rows": len(self.prompts), "sha256": h.hexdigest()}
 
 
 def max_token_chars(tok) -> int | None:

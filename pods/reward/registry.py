@@ -106,8 +106,11 @@ class Reward:
         own = self.settings.get(name)
         fn = REWARDS[name]
         kw = accepted(fn, {**context, **(dataclasses.asdict(own) if own is not None else {})})
-        limit = self.time_limit_s if is_plugin(fn) else 0.0  # pods's own are bounded by the grader
-        vals = values(name, call_with_limit(name, fn, limit, completions, answers, **kw), len(completions))
+        if is_plugin(fn):  # bounded by reward.plugin_timeout_s, and named while it waits
+            out = call_with_limit(name, fn, self.time_limit_s, completions, answers, **kw)
+        else:  # pods's own are bounded by the grader
+            out = fn(completions, answers, **kw)
+        vals = values(name, out, len(completions))
         bad = next((i for i, v in enumerate(vals) if not math.isfinite(v)), None) if finite else None
         if bad is not None:  # scored as 0 it would pass for a wrong answer: the run stops (pods/guard.py)
             raise NonFiniteError(

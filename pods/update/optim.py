@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from pods.errors import ConfigError
 from pods.history import flatten
 
+log = logging.getLogger("pods")
 # the keys the schedule is computed from (pods/history.py refuses a change of all but max_steps already)
 SCHEDULE_KEYS = ("max_steps", "algo.mu", "optim.schedule", "optim.warmup_steps", "optim.warmup_ratio")
 
@@ -37,6 +40,22 @@ def build_optimizer(
     else:
         sched = get_constant_schedule_with_warmup(opt, warmup)
     return opt, sched
+
+
+def warn_long_warmup(o, max_steps: int, mu: int, max_train_time: float) -> str | None:
+    """One warning line (logged, and returned) when optim.warmup_steps outlasts a run that max_steps bounds
+    (max_train_time=0): the lr would never reach optim.lr. `o`: pods.config.OptimConfig."""
+    total = max_steps * mu
+    if max_train_time > 0 or o.warmup_steps <= total:
+        return None
+    reached = max(total - 1, 0) / o.warmup_steps  # the linear warm-up's factor at the last optimizer step
+    msg = (
+        f"optim.warmup_steps={o.warmup_steps} is longer than the run's {total} optimizer steps (max_steps="
+        f"{max_steps} x algo.mu={mu}): the lr reaches only {reached:.0%} of optim.lr={o.lr:g} by the last "
+        "step; lower optim.warmup_steps, or use optim.warmup_ratio (a share of the run)"
+    )
+    log.warning(msg)
+    return msg
 
 
 def _shape_of(config: dict, max_steps: int) -> dict:

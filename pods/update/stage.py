@@ -10,7 +10,7 @@ from typing import Any
 from pods.batch import Rollouts
 from pods.config import AlgoConfig, OptimConfig, TrainConfig, UpdateConfig
 from pods.update.loss import PolicyLoss
-from pods.update.optim import build_optimizer
+from pods.update.optim import build_optimizer, warn_long_warmup
 from pods.update.step import policy_update
 
 
@@ -32,6 +32,8 @@ class UpdateStage:
         """From its groups (algo, loss, update, optim): AdamW and its schedule over max_steps x algo.mu optimizer
         steps (one scheduler step each), then the policy and optimizer as the distributed setup runs them."""
         optimizer, scheduler = build_optimizer(model, c.optim, c.max_steps * c.algo.mu, device)
+        if dist.is_main:
+            warn_long_warmup(c.optim, c.max_steps, c.algo.mu, c.max_train_time)  # once, with the numbers
         model, optimizer = dist.prepare(model, optimizer)  # DDP wrapper or itself
         loss = PolicyLoss.build(c.loss.name, c.loss.own(), c.algo, c.model.max_completion_len)
         return cls(model, optimizer, scheduler, c.algo, c.update, c.optim, device, dist, ref_model, loss)
