@@ -53,19 +53,18 @@ def kept(selector: str, n: int, m: int) -> int:
     return int(n) if SELECTORS.trait(str(selector), "keeps_all") else int(m)
 
 
-def _as_bool(x) -> bool:
-    return x if isinstance(x, bool) else str(x).lower() == "true"
+def config_run_name(*_args, _root_) -> str:
+    """`${pods.run_name:}`: the run's name from its whole config (pods.identity: the variant, the stage choices
+    and a digest of the other defining keys that differ from the defaults, then the seed). Arguments, as an
+    older config's `${pods.run_name:<prefilter>,...,<seed>}` passes, are not read: the name needs every key."""
+    from pods.identity import of_config
+
+    return of_config(_root_).name
 
 
 def register_resolver() -> None:
-    """`${pods.run_name:<prefilter>,<dynamic_sampling.enabled>,<selector>,<n>,<m>,<seed>}` in configs."""
-    OmegaConf.register_new_resolver(
-        "pods.run_name",
-        lambda pre, ds, sel, n, m, seed: run_name(
-            variant_name(sel, int(n), int(m), str(pre), _as_bool(ds)), int(seed)
-        ),
-        replace=True,
-    )
+    """The resolvers conf/train.yaml uses."""
+    OmegaConf.register_new_resolver("pods.run_name", config_run_name, replace=True)  # `${pods.run_name:}`
     OmegaConf.register_new_resolver("pods.kept", kept, replace=True)  # `${pods.kept:<selector>,<n>,<m>}`
     # `${pods.sweep_stamp:${hydra.launcher._target_}}`; cached like Hydra's `now`: one stamp per sweep
     OmegaConf.register_new_resolver("pods.sweep_stamp", sweep_stamp, use_cache=True, replace=True)

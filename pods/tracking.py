@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pods.config import LoggerConfig, TrainConfig
 from pods.errors import writing
-from pods.naming import run_name, variant_name
 from pods.spelling import current_metrics
 
 log = logging.getLogger("pods")
@@ -41,14 +40,16 @@ def wandb_mode(requested: str) -> str:
         return "offline"
 
 
-def run_info_for(c: TrainConfig) -> dict:
-    """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare.
-    The one reader of the whole (typed) config: a run's identity names every stage."""
-    s = c.selector
-    variant = variant_name(s.name, s.n, s.m, c.prefilter.name, c.dynamic_sampling.enabled)
+def run_info_for(c: TrainConfig, identity: dict | None = None) -> dict:
+    """Who this run is, for run_info.json, W&B and pods.compare: its name, variant and seed, the digest and
+    the full defining config (pods.identity). `identity`: pods.identity.describe of the composed config, the
+    one the run directory was named from (pods.train passes it); else described from the typed settings."""
+    from pods import identity as ident
+
+    s, who = c.selector, identity or ident.describe(c)
     return {
-        "name": c.name or run_name(variant, c.seed),
-        "variant": variant,
+        "name": c.name or who["name"],
+        "variant": who["variant"],
         "seed": c.seed,
         "selector": s.name,
         "n": s.n,
@@ -57,6 +58,9 @@ def run_info_for(c: TrainConfig) -> dict:
         "dataset": c.dataset.name,
         "group": c.logger.group or c.experiment,
         "experiment": c.experiment,
+        "stages": who["stages"],
+        "digest": who["digest"],
+        "defining": who["defining"],
     }
 
 
@@ -69,15 +73,16 @@ def write_run_info(
     is_main: bool,
     keep=False,
     decisions=None,
+    identity: dict | None = None,
 ) -> dict:
     """run_info.json: identity, data report, world size, threads; its W&B id survives a resume.
     `keep` (a resume): the file as the run's first start wrote it is kept (fields it lacks are added); this
     start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
     `decisions`: the settings left `auto` that were decided with the model on the device, and why (the
-    rollout backend's: rows per generate call, the decode attention)."""
+    rollout backend's: rows per generate call, the decode attention). `identity`: run_info_for's."""
     path = run_dir / "run_info.json"
-    info = run_info_for(c)
+    info = run_info_for(c, identity)
     if decisions:
         info["decisions"] = decisions
     try:
