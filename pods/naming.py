@@ -2,11 +2,11 @@
 `pods.run_name` resolver), run_info.json and W&B, and read back by pods.compare (any `-s<seed>` token).
 
 A variant is what is compared: the sampling stages that are on, joined by `+` in the loop's order (the
-pre-rollout filter unless none, `dynamic_sampling` if on, the down-sampler always), then n and m; a run is
-one seed of it. `none-n16-m16` (GRPO 16/16, nothing down-sampled), `max_variance-n64-m16` (PODS 64/16),
-`greso+dynamic_sampling+max_variance-n64-m16` (GRESO, then PODS), `...-s3`. The presets in conf/arm/ are
-named by the variant they produce.
-"""
+pre-rollout filter unless none, `dynamic_sampling` if on, the down-sampler always), then n and m.
+`none-n16-m16` (GRPO 16/16, nothing down-sampled), `max_variance-n64-m16` (PODS 64/16),
+`greso+dynamic_sampling+max_variance-n64-m16` (GRESO, then PODS). The presets in conf/arm/ are named by the
+variant they produce. A run is one seed of one experiment: its name is the variant, what else of its config
+differs from the defaults (pods/identity.py), then `-s<seed>`."""
 
 from __future__ import annotations
 
