@@ -196,8 +196,7 @@ def default_config() -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from pods.cli import CONF_DIR
-    from pods.config import register_schema
+    from pods.config import CONF_DIR, register_schema
 
     register_schema()
     if GlobalHydra.instance().is_initialized():
@@ -288,3 +287,16 @@ def held_run_message(run_dir, who: dict | None) -> str:
 
 def _show(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def config_run_name(*_args, _root_) -> str:
+    """`${pods.run_name:}`: the run's name from its whole config. Arguments, as an older config's
+    `${pods.run_name:<prefilter>,...,<seed>}` passes, are not read: the name needs every key."""
+    return of_config(_root_).name
+
+
+def register_resolver() -> None:
+    """`${pods.run_name:}` in conf/train.yaml's hydra.run.dir and hydra.sweep.subdir (pods.train registers it)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("pods.run_name", config_run_name, replace=True)

@@ -53,18 +53,8 @@ def kept(selector: str, n: int, m: int) -> int:
     return int(n) if SELECTORS.trait(str(selector), "keeps_all") else int(m)
 
 
-def config_run_name(*_args, _root_) -> str:
-    """`${pods.run_name:}`: the run's name from its whole config (pods.identity: the variant, the stage choices
-    and a digest of the other defining keys that differ from the defaults, then the seed). Arguments, as an
-    older config's `${pods.run_name:<prefilter>,...,<seed>}` passes, are not read: the name needs every key."""
-    from pods.identity import of_config
-
-    return of_config(_root_).name
-
-
 def register_resolver() -> None:
-    """The resolvers conf/train.yaml uses."""
-    OmegaConf.register_new_resolver("pods.run_name", config_run_name, replace=True)  # `${pods.run_name:}`
+    """The resolvers a composed config uses (`${pods.run_name:}`, the run directory's, is pods.identity's)."""
     OmegaConf.register_new_resolver("pods.kept", kept, replace=True)  # `${pods.kept:<selector>,<n>,<m>}`
     # `${pods.sweep_stamp:${hydra.launcher._target_}}`; cached like Hydra's `now`: one stamp per sweep
     OmegaConf.register_new_resolver("pods.sweep_stamp", sweep_stamp, use_cache=True, replace=True)

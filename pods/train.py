@@ -18,12 +18,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pods import cli, identity, runlock
-from pods.cli import CONF_DIR
-from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
+from pods.config import CONF_DIR, ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
 from pods.errors import file_fault, writing
 
 log = logging.getLogger("pods")
 register_schema()
+identity.register_resolver()  # `${pods.run_name:}`: the run directory's name, from the whole config
 
 
 def check_writable(path: str | Path, key: str) -> None:
