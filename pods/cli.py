@@ -18,12 +18,11 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from pods.config import ConfigError, schema_error
+from pods.config import CONF_DIR, ConfigError, schema_error
 from pods.errors import CheckpointError, IntegrityError, PluginError, RunError, file_fault
 from pods.spelling import retired_hint, retired_key
 
 log = logging.getLogger("pods")
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 _started = False  # the task function ran: composition succeeded
 # HYDRA_FULL_ERROR makes Hydra raise a composition error instead of printing it, so run_hydra can name the new

@@ -7,7 +7,10 @@
 Inputs may mix run dirs, sweep dirs (run dirs up to 3 levels down), W&B panel
 exports (*.csv) and long tables (*.csv, *.jsonl, *.json with run or variant+seed,
 x, value). Prints the Markdown table and writes summary.md, summary.csv and
-<metric>_vs_{time,step,rollouts}.png into --out. The default rule is the paper's
+<metric>_vs_{time,step,rollouts}.png into --out. A row is one experiment: runs
+that differ only in the seed (run_info.json's defining config, else config.yaml;
+by name for W&B exports and long tables), labelled by the keys rows of one variant
+differ in; --pool and --allow-copies read more as one (pods/analysis/groups.py). The default rule is the paper's
 as its authors' scripts read runs: each checkpoint T takes the eval nearest to it
 however far it lies, seeds are averaged at each T, the threshold is 99% of the
 baseline's mean-curve maximum over T > 0 in the window, a time is the first T > 0
@@ -82,6 +85,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="regex with a seed group (and optionally variant) for run names; default: a seed token "
         "anywhere (-s3, _seed3, seed-3), the variant is the name without it",
     )
+    p.add_argument(
+        "--pool",
+        type=lambda v: tuple(k.strip() for k in v.split(",") if k.strip()),
+        default=(),
+        metavar="KEY,...",
+        help="read runs that differ only in these config keys (and the seed) as one experiment, and rows on "
+        "eval sets that differ in them as comparable (default: none; the header names the keys and values)",
+    )
+    p.add_argument(
+        "--allow-copies",
+        action="store_true",
+        help="keep runs that are one experiment's seed twice (a copied run dir) as two seeds (refused by "
+        "default; the header names them)",
+    )
     p.add_argument("--band", choices=("minmax", "std"), default="minmax", help="seed band")
     args = p.parse_args(argv)
     if args.n_boot < 0:
@@ -100,7 +117,7 @@ def default_out() -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    df = load_inputs(args.paths, args.metric, args.x_col, args.name_pattern)
+    df = load_inputs(args.paths, args.metric, args.x_col, args.name_pattern, args.pool, args.allow_copies)
     summary = summarize(
         df,
         x=args.x,
@@ -120,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
     lo, hi = args.x_min if args.x_min is not None else -float("inf"), args.x_max
     inside = df[(df[summary.x] >= lo) & (df[summary.x] <= (hi if hi is not None else float("inf")))]
     others = [a for a in X_AXES if a in df and a != summary.x]
+    for a in [a for a in others if df[a].isna().any()]:
+        summary.warnings.append(f"no plot against {a}: {int(df[a].isna().sum())} eval record(s) lack it")
+    others = [a for a in others if df[a].notna().all()]
     extra = {a: build_curves(inside, a, summary.rule.time_read, max_gap=None) for a in others}
     out = Path(args.out) if args.out else default_out()
     written = write_report(summary, out, extra, args.band)

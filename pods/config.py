@@ -17,6 +17,7 @@ The training loop's stages, in order, and their groups:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -25,7 +26,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from pods.errors import ConfigError, at_least, choice, interval, number, positive, rows_or_auto
 
-__all__ = ["ConfigError", "TrainConfig", "register_schema", "settings", "validate"]
+__all__ = ["CONF_DIR", "ConfigError", "TrainConfig", "register_schema", "settings", "validate"]
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")  # conf/train.yaml and its groups
 
 
 @dataclass(frozen=True)
@@ -583,7 +585,7 @@ def register_schema() -> None:
     from pods.naming import register_resolver
 
     ConfigStore.instance().store(name="pods_schema", node=schema())
-    register_resolver()  # ${pods.run_name:...}: the run-name format, defined once in pods/naming.py
+    register_resolver()  # ${pods.kept:...}, ${pods.sweep_stamp:...} (pods/naming.py)
 
 
 def settings(cfg: Any) -> TrainConfig:

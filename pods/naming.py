@@ -2,11 +2,11 @@
 `pods.run_name` resolver), run_info.json and W&B, and read back by pods.compare (any `-s<seed>` token).
 
 A variant is what is compared: the sampling stages that are on, joined by `+` in the loop's order (the
-pre-rollout filter unless none, `dynamic_sampling` if on, the down-sampler always), then n and m; a run is
-one seed of it. `none-n16-m16` (GRPO 16/16, nothing down-sampled), `max_variance-n64-m16` (PODS 64/16),
-`greso+dynamic_sampling+max_variance-n64-m16` (GRESO, then PODS), `...-s3`. The presets in conf/arm/ are
-named by the variant they produce.
-"""
+pre-rollout filter unless none, `dynamic_sampling` if on, the down-sampler always), then n and m.
+`none-n16-m16` (GRPO 16/16, nothing down-sampled), `max_variance-n64-m16` (PODS 64/16),
+`greso+dynamic_sampling+max_variance-n64-m16` (GRESO, then PODS). The presets in conf/arm/ are named by the
+variant they produce. A run is one seed of one experiment: its name is the variant, what else of its config
+differs from the defaults (pods/identity.py), then `-s<seed>`."""
 
 from __future__ import annotations
 
@@ -53,19 +53,8 @@ def kept(selector: str, n: int, m: int) -> int:
     return int(n) if SELECTORS.trait(str(selector), "keeps_all") else int(m)
 
 
-def _as_bool(x) -> bool:
-    return x if isinstance(x, bool) else str(x).lower() == "true"
-
-
 def register_resolver() -> None:
-    """`${pods.run_name:<prefilter>,<dynamic_sampling.enabled>,<selector>,<n>,<m>,<seed>}` in configs."""
-    OmegaConf.register_new_resolver(
-        "pods.run_name",
-        lambda pre, ds, sel, n, m, seed: run_name(
-            variant_name(sel, int(n), int(m), str(pre), _as_bool(ds)), int(seed)
-        ),
-        replace=True,
-    )
+    """The resolvers a composed config uses (`${pods.run_name:}`, the run directory's, is pods.identity's)."""
     OmegaConf.register_new_resolver("pods.kept", kept, replace=True)  # `${pods.kept:<selector>,<n>,<m>}`
     # `${pods.sweep_stamp:${hydra.launcher._target_}}`; cached like Hydra's `now`: one stamp per sweep
     OmegaConf.register_new_resolver("pods.sweep_stamp", sweep_stamp, use_cache=True, replace=True)

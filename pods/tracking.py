@@ -14,7 +14,6 @@ from pathlib import Path
 from pods.config import LoggerConfig, TrainConfig
 from pods.errors import writing
 from pods.files import nofollow, refuse_link, write_text
-from pods.naming import run_name, variant_name
 from pods.spelling import current_metrics
 
 log = logging.getLogger("pods")
@@ -42,14 +41,16 @@ def wandb_mode(requested: str) -> str:
         return "offline"
 
 
-def run_info_for(c: TrainConfig) -> dict:
-    """Who this run is: its name, variant and seed (pods.naming), for run_info.json, W&B and pods.compare.
-    The one reader of the whole (typed) config: a run's identity names every stage."""
-    s = c.selector
-    variant = variant_name(s.name, s.n, s.m, c.prefilter.name, c.dynamic_sampling.enabled)
+def run_info_for(c: TrainConfig, identity: dict | None = None) -> dict:
+    """Who this run is, for run_info.json, W&B and pods.compare: its name, variant and seed, the digest and
+    the full defining config (pods.identity). `identity`: pods.identity.describe of the composed config, the
+    one the run directory was named from (pods.train passes it); else described from the typed settings."""
+    from pods import identity as ident
+
+    s, who = c.selector, identity or ident.describe(c)
     return {
-        "name": c.name or run_name(variant, c.seed),
-        "variant": variant,
+        "name": c.name or who["name"],
+        "variant": who["variant"],
         "seed": c.seed,
         "selector": s.name,
         "n": s.n,
@@ -58,6 +59,9 @@ def run_info_for(c: TrainConfig) -> dict:
         "dataset": c.dataset.name,
         "group": c.logger.group or c.experiment,
         "experiment": c.experiment,
+        "stages": who["stages"],
+        "digest": who["digest"],
+        "defining": who["defining"],
     }
 
 
@@ -70,6 +74,7 @@ def write_run_info(
     is_main: bool,
     keep=False,
     decisions=None,
+    identity: dict | None = None,
 ) -> dict:
     """run_info.json: identity, the components (pods.components.summary), data report, world size, threads;
     its W&B id survives a resume.
@@ -77,11 +82,11 @@ def write_run_info(
     start's world size, threads and any changed key go to history.jsonl instead (pods/history.py).
     Only rank 0 touches the file: another rank reading it while rank 0 writes it would see half a file.
     `decisions`: the settings left `auto` that were decided with the model on the device, and why (the
-    rollout backend's: rows per generate call, the decode attention)."""
+    rollout backend's: rows per generate call, the decode attention). `identity`: run_info_for's."""
     from pods.components import summary
 
     path = run_dir / "run_info.json"
-    info = run_info_for(c)
+    info = run_info_for(c, identity)
     info["components"] = summary(c)  # every active component and its settings, by stage
     if decisions:
         info["decisions"] = decisions

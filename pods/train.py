@@ -17,14 +17,14 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pods import cli, runlock
-from pods.cli import CONF_DIR
-from pods.config import ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
+from pods import cli, identity, runlock
+from pods.config import CONF_DIR, ConfigError, DatasetConfig, TrainConfig, as_container, register_schema
 from pods.errors import RunError, file_fault, writing
 from pods.files import refuse_links_in, write_text
 
 log = logging.getLogger("pods")
 register_schema()
+identity.register_resolver()  # `${pods.run_name:}`: the run directory's name, from the whole config
 
 
 def check_writable(path: str | Path, key: str) -> None:
@@ -42,11 +42,11 @@ def check_writable(path: str | Path, key: str) -> None:
         ) from None
 
 
-def check_run_dir(run_dir: str | Path, resume: bool) -> None:
+def check_run_dir(run_dir: str | Path, resume: bool, who: dict | None = None) -> None:
     """Refuse to write into a directory that already holds a run, unless asked to resume it: nothing
-    already saved is overwritten or mixed with a new run's metrics. The run directory and its
-    checkpoints/ must be writable, and no file pods writes there a symbolic link: checked here, not at the
-    first save."""
+    already saved is overwritten or mixed with a new run's metrics; the message tells this experiment from
+    another (`who`: pods.identity.describe of this config). The run directory and its checkpoints/ must be
+    writable, and no file pods writes there a symbolic link: checked here, not at the first save."""
     if not runlock.main_process():
         return  # under torchrun rank 0 checks; the others would race with the files rank 0 starts writing
     run_dir = Path(run_dir)
@@ -58,10 +58,7 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> None:
     runlock.acquire(run_dir)  # held for the run's life: a second process on this dir stops here
     used = (ckpts.exists() and any(ckpts.glob("step_*"))) or (run_dir / "metrics.jsonl").exists()
     if not resume and used:
-        raise ConfigError(
-            f"run_dir={run_dir} already holds a run (metrics or checkpoints); pass resume=true to "
-            "continue it, or choose another hydra.run.dir"
-        )
+        raise ConfigError(identity.held_run_message(run_dir, who))
 
 
 def check_task_config(d: DatasetConfig) -> None:
@@ -96,12 +93,13 @@ def load_plugins(plugins: list[str]) -> None:
     load(plugins)
 
 
-def preflight(cfg) -> TrainConfig:
+def preflight(cfg, who: dict | None = None) -> TrainConfig:
     """Every check that needs no model weights; hardware=auto is settled here (full fine-tune or LoRA, the
     update's layout). Returns the run's typed settings (pods.config.TrainConfig, frozen), the only form of
-    the config the stages see."""
+    the config the stages see. `who`: the run's identity (pods.identity.describe(cfg), computed if not given)."""
     from pods.components import checked, log_summary, summary
 
+    who = who or identity.describe(cfg)
     load_plugins(list(cfg.plugins))
     c = checked(cfg)  # every field, then every component name and its own settings (pods/components.py)
     # torch and transformers load only now: a config refused above costs about a second, not six
@@ -112,7 +110,7 @@ def preflight(cfg) -> TrainConfig:
     backend = backend_class(c.rollout.name)
     check_task_config(c.dataset)
     device = resolve_device(c.hardware)  # a GPU profile on a machine without a GPU fails here
-    check_run_dir(c.run_dir, c.resume)
+    check_run_dir(c.run_dir, c.resume, who)
     check_model_source(c.model, c.hardware)
     c = settle_hardware(c, device)  # hardware=auto, once: LoRA or full, the update layout for this device
     c = settle_rollout(c, device)  # rollout.hf's auto decode knobs, so config.yaml holds what runs
@@ -137,12 +135,13 @@ def run(cfg, callbacks=()) -> dict:
     try:
         # start-up: a stop abandons it at once (what it writes is appended or replaced whole, nothing is trained)
         with stopping.abandonable():
-            c = preflight(cfg)
+            who = identity.describe(cfg)  # as the run directory was named (conf/train.yaml, pods.identity)
+            c = preflight(cfg, who)
             stop.deadline_s = c.checkpoint.stop_deadline_s
             # after the checks: a bad config is refused without loading the trainer's stack
             from pods.trainer import Trainer
 
-            trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks])
+            trainer = Trainer(c, Path(c.run_dir), callbacks=[stop, *callbacks], identity=who)
         config = Path(c.run_dir) / "config.yaml"
         if trainer.dist.is_main and (trainer.resumed_from is None or not config.exists()):
             # the settings the run started with (hardware=auto's choice included), for pods.compare; a

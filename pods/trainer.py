@@ -60,9 +60,10 @@ log = logging.getLogger("pods")
 class Trainer(RunState):
     """The loop; what it logs, saves and restores is RunState's (pods/run_state.py)."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path, callbacks=()):
+    def __init__(self, config: TrainConfig, run_dir: Path, callbacks=(), identity: dict | None = None):
         """`config`: the run's settled settings, what pods.train.preflight(cfg) returns (every check run,
-        hardware=auto decided); a Trainer neither checks nor settles a config again."""
+        hardware=auto decided); a Trainer neither checks nor settles a config again. `identity`: who the run
+        is (pods.identity.describe of the composed config; default: of `config`), for run_info.json."""
         if not isinstance(config, TrainConfig) or not config.update.settled():
             got = type(config).__name__ + ("" if not isinstance(config, TrainConfig) else ", not settled")
             raise TypeError(f"Trainer takes the settled TrainConfig of pods.train.preflight(cfg), got {got}")
@@ -133,7 +134,7 @@ class Trainer(RunState):
         data = {"train": self.train_set.report.__dict__, "eval": self.eval_set.report.__dict__}
         decisions = getattr(self.backend, "decisions", None)  # rollout's auto settings: rows, decode
         self.run_info = write_run_info(
-            c, self.run_dir, data, self.dist.world, self.threads, self.dist.is_main, bool(plan), decisions
+            c, self.run_dir, data, dist.world, self.threads, dist.is_main, bool(plan), decisions, identity
         )
         resume_step = self._resume(plan) if c.resume else None
         self.resumed_from = resume_step if plan else None  # the checkpoint's step, None: a fresh start

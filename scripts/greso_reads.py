@@ -76,12 +76,12 @@ def main() -> None:
     p.add_argument("--x", default="train_time")
     a = p.parse_args()
     runs = [d for x in a.dirs for d in find_run_dirs(x)]
+    by_name = run_dirs_by_name(runs)  # before the curves: a run held by two dirs is this read's refusal
     curves = build_curves(load_runs(runs), a.x, "nearest", a.grid_step, 0.0, a.x_max)
     if a.baseline not in curves:
         sys.exit(f"no {a.baseline} runs in {' '.join(map(str, a.dirs))}; variants: {', '.join(curves)}")
     base = curves[a.baseline]
     thr = 0.99 * float(peak(after_start(base.grid, mean_curve(base.values))))
-    by_name = run_dirs_by_name(runs)
     finals = {v: {re.sub(r".*-s(\d+)$", r"\1", n): float(c.values[i, -3:].mean()) for i, n in enumerate(c.runs)}
               for v, c in curves.items()}  # fmt: skip
     print(f"Threshold {thr:.4f} (0.99 x {a.baseline}'s mean-curve peak over T > 0); T* = first checkpoint its mean "

@@ -15,6 +15,9 @@ PHASE=${1:?give a phase: confirm, arms or grid}; OUTD=${2:?give the output folde
 [ $# -ge 1 ] || { echo "give at least one NAME=DIR call"; exit 2; }
 GS=${GRID_STEP:-10}; XM=${X_MAX:-300}; R=${HV4R:-/tmp/hv4r}/$PHASE
 A=(--baseline none-n16-m16 --x-min 0)
+# the reads pooled over calls: calls that ran on a frozen tree (confirm C, D) load the same shipped policy from
+# the tree's own copy, so their runs differ from the others' in model.path alone; read them as one experiment
+P=(--pool model.path)
 mkdir -p "$OUTD"; rm -rf "$R"; mkdir -p "$R"
 BLOCKS=(); DIRS=()
 for call in "$@"; do
@@ -25,8 +28,8 @@ for call in "$@"; do
   BLOCKS+=(--block "$name=$R/$name/$PHASE"); DIRS+=("$R/$name/$PHASE")
 done
 if [ "$PHASE" = grid ]; then
-  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/paper" > /dev/null
-  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" --x step --out "$OUTD/per_step" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" "${P[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/paper" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" "${P[@]}" --x step --out "$OUTD/per_step" > /dev/null
   python scripts/plot_nm_grid.py "$OUTD/paper/summary.csv" --out "$OUTD/nm_grid.png"
 else
   python scripts/blocked_compare.py "${BLOCKS[@]}" "${A[@]}" --grid-step "$GS" --x-max "$XM" --sign-flip > "$OUTD/blocked.md"
@@ -34,10 +37,10 @@ else
     > "$OUTD/blocked_strict.md"
   python scripts/blocked_compare.py "${BLOCKS[@]}" "${A[@]}" --x step > "$OUTD/blocked_per_step.md"
   python scripts/blocked_compare.py "${BLOCKS[@]}" "${A[@]}" --x rollouts > "$OUTD/blocked_per_rollout.md"
-  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/pooled_paper" > /dev/null
-  python -m pods.compare "${DIRS[@]}" --rule strict "${A[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/pooled_strict" > /dev/null
-  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" --x step --out "$OUTD/pooled_per_step" > /dev/null
-  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" --x rollouts --out "$OUTD/pooled_per_rollout" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" "${P[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/pooled_paper" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule strict "${A[@]}" "${P[@]}" --grid-step "$GS" --x-max "$XM" --out "$OUTD/pooled_strict" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" "${P[@]}" --x step --out "$OUTD/pooled_per_step" > /dev/null
+  python -m pods.compare "${DIRS[@]}" --rule paper "${A[@]}" "${P[@]}" --x rollouts --out "$OUTD/pooled_per_rollout" > /dev/null
 fi
 {
   for d in "${DIRS[@]}"; do

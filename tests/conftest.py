@@ -26,6 +26,14 @@ def compose_cfg(overrides: list[str] | None = None, run_dir: str | Path = "outpu
         return compose("train", overrides=[f"run_dir={run_dir}", *(overrides or [])])
 
 
+def run_name_of(*overrides: str) -> str:
+    """The name `python -m pods.train <overrides>` gives its run directory (pods.identity; Hydra's own keys,
+    the launcher's, left out: they are no part of the run's config)."""
+    from pods.identity import of_config
+
+    return of_config(compose_cfg([o for o in overrides if not o.startswith(("hydra.", "hydra/"))])).name
+
+
 def random_qwen2(vocab: int, hidden: int, heads: int, kv_heads: int, layers: int = 2, seed: int = 0, **kw):
     """A randomly initialised Qwen2 of a toy shape (intermediate = 2 x hidden), built right after seeding torch
     so that the weights, and the random draws after it, are the same in every test that asks for it."""

@@ -110,11 +110,34 @@ def sample_run(
 
 
 def default_axis(df: pd.DataFrame) -> str:
-    """train_time if the table has it, else step, else rollouts."""
+    """train_time if the table has it, else step, else rollouts (an axis some records lack is still the
+    default: check_axis then refuses it, naming them, rather than fall back to another)."""
     for axis in X_AXES:
         if axis in df:
             return axis
     raise CompareError(f"the table has no x axis; expected one of {X_AXES}")
+
+
+def check_axis(df: pd.DataFrame, x: str) -> None:
+    """Refuse an x axis that some eval records lack (an eval appended by another script without train_time),
+    naming the runs and the axes every record has: the axis never changes without being asked."""
+    if x not in df:
+        raise CompareError(
+            f"x axis {x!r} is not in the table; choose --x from: {', '.join(df.attrs.get('x_labels', {}))}"
+        )
+    lacking = df[df[x].isna()]
+    if lacking.empty:
+        return
+    runs = lacking.groupby("run", sort=True).size()
+    shown = ", ".join(f"{run!r} ({k} of {int((df.run == run).sum())})" for run, k in runs.head(5).items())
+    more = f" and {len(runs) - 5} more runs" if len(runs) > 5 else ""
+    full = [a for a in X_AXES if a in df and df[a].notna().all()]
+    alt = (
+        f"pass --x {' or --x '.join(full)} (every record has it), or" if full else "no other axis is either:"
+    )
+    raise CompareError(
+        f"{len(lacking)} eval record(s) have no {x}: runs {shown}{more}; {alt} leave those records out"
+    )
 
 
 def window_text(x_min: float | None, x_max: float | None) -> str:
@@ -134,10 +157,7 @@ def build_curves(
 ) -> dict[str, Curves]:
     """Every variant's seeds on one shared grid (see the module docstring)."""
     x = x or default_axis(df)
-    if x not in df:
-        raise CompareError(
-            f"x axis {x!r} is not in the table; choose --x from: {', '.join(df.attrs['x_labels'])}"
-        )
+    check_axis(df, x)
     grid = make_grid(df[x].to_numpy(), grid_step, x_min, x_max)
     if len(grid) == 0:
         raise CompareError(
@@ -202,6 +222,7 @@ def summarize(
     """
     r = make_rule(rule, threshold, reference, time_read, max_gap)
     x = x or default_axis(df)
+    check_axis(df, x)
     x_label = df.attrs.get("x_labels", {}).get(x, x)
     check_grid_step(df, x, grid_step, x_unit(x_label))
     if any(v is not None and np.isnan(v) for v in (x_min, x_max)):
@@ -211,6 +232,8 @@ def summarize(
     curves = build_curves(df, x, r.time_read, grid_step, x_min, x_max, r.max_gap)
     baseline = baseline or pick_baseline(list(curves), df.attrs.get("plain", {}))
     summary = summarize_curves(curves, r, baseline, n_boot, seed)
+    summary.warnings = [*df.attrs.get("warnings", []), *summary.warnings]
+    summary.grouping = list(df.attrs.get("grouping", []))
     summary.metric = df.attrs.get("metric", "value")
     summary.x, summary.x_label = x, x_label
     summary.grid_step, summary.x_min, summary.x_max = grid_step, x_min, x_max

@@ -11,8 +11,10 @@ with df.attrs["metric"] and df.attrs["x_labels"] ({axis: source column}).
 Anything ambiguous or malformed raises CompareError naming the choices.
 """
 
+import hashlib
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,8 @@ import pandas as pd
 import yaml
 
 from pods.analysis.errors import CompareError
+from pods.analysis.groups import RunMeta, rows
+from pods.identity import defining
 from pods.spelling import current_metric, current_metrics
 
 X_AXES = ("train_time", "step", "rollouts")
@@ -105,12 +109,13 @@ def is_plain_grpo(cfg: dict) -> bool | None:
     return down == "none" and prefilter == "none" and not dynamic and s.get("n") == s.get("m")
 
 
-def read_plain(run_dir: Path) -> bool | None:
+def read_config(run_dir: Path) -> dict | None:
+    """A run's saved config (config.yaml), or None."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
     cfg = yaml.safe_load(path.read_text())
-    return is_plain_grpo(cfg) if isinstance(cfg, dict) else None
+    return cfg if isinstance(cfg, dict) else None
 
 
 def plain_variants(frames: list[pd.DataFrame]) -> dict[str, bool]:
@@ -123,8 +128,14 @@ def plain_variants(frames: list[pd.DataFrame]) -> dict[str, bool]:
     return {v: all(p) for v, p in seen.items()}
 
 
+def _value(v) -> float:
+    """A metric's value; null (a non-finite value, as metrics.jsonl writes it) or a non-number is NaN."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+
+
 def read_run(run_dir: Path, metric: str, name_pattern: str) -> pd.DataFrame:
-    """The evals of one pods run dir that carry `metric`."""
+    """The evals of one pods run dir that carry `metric` (a null value as NaN, named by _finish); who the run
+    is (attrs["meta"], for pods.analysis.groups) and whether it is plain GRPO (attrs["plain"])."""
     info_path = run_dir / "run_info.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     name = str(info.get("name", run_dir.name))
@@ -132,20 +143,52 @@ def read_run(run_dir: Path, metric: str, name_pattern: str) -> pd.DataFrame:
         variant, seed = str(info["variant"]), str(info.get("seed", 0))
     else:
         variant, seed = parse_run_name(name, name_pattern)
-    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get(metric) is not None]
+    text = (run_dir / "metrics.jsonl").read_bytes()
+    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if metric in r]
     cols = {a: [r.get(a, np.nan) for r in recs] for a in X_AXES}
-    frame = pd.DataFrame({**cols, "value": [r[metric] for r in recs]}, dtype=float)
+    frame = pd.DataFrame({**cols, "value": [_value(r[metric]) for r in recs]}, dtype=float)
     frame = frame.assign(run=name, variant=variant, seed=seed)[_COLUMNS]
-    frame.attrs["plain"] = read_plain(run_dir)
+    cfg = read_config(run_dir)
+    frame.attrs["plain"] = is_plain_grpo(cfg) if cfg is not None else None
+    recorded = info.get("defining")
+    frame.attrs["meta"] = RunMeta(
+        run=name,
+        variant=variant,
+        seed=seed,
+        where=str(run_dir),
+        recorded=recorded if isinstance(recorded, dict) else None,
+        saved=defining(cfg) if cfg is not None else None,
+        fingerprint=hashlib.sha256(text).hexdigest(),
+        wandb_id=info.get("wandb_id"),
+    )
     return frame
 
 
+def nan_warnings(df: pd.DataFrame, metric: str) -> list[str]:
+    """One line per run with NaN (or null) values of the metric: they are left out, and named."""
+    out = []
+    axis = next((a for a in X_AXES if a in df), None)
+    for run, rdf in df[df["value"].isna()].groupby("run", sort=True):
+        at = ", ".join(f"{x:g}" for x in rdf[axis].head(5)) if axis else ""
+        more = ", ..." if len(rdf) > 5 else ""
+        where = f" ({axis} {at}{more})" if axis else ""
+        out.append(f"run {run!r}: {len(rdf)} eval record(s) of {metric} are NaN or null{where}, left out")
+    return out
+
+
 def _finish(frames: list[pd.DataFrame], metric: str, x_labels: dict[str, str]) -> pd.DataFrame:
-    """Concatenate, drop NaN values and axes that some run lacks, tag with attrs."""
-    df = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
-    missing = [a for a in X_AXES if a not in df or df[a].isna().any()]
-    df = df[[c for c in _COLUMNS if c in df and c not in missing]]
-    df.attrs = {"metric": metric, "x_labels": {a: x_labels[a] for a in x_labels if a in df}}
+    """Concatenate; leave out NaN values, naming them (attrs["warnings"]); drop the axes no record has. An axis
+    some records lack stays, NaN there: asked for, it is refused naming them (curves.check_axis)."""
+    df = pd.concat(frames, ignore_index=True)
+    warnings = nan_warnings(df, metric)
+    df = df.dropna(subset=["value"])
+    df = df[[c for c in _COLUMNS if c in df and (c not in X_AXES or df[c].notna().any())]]
+    df.attrs = {
+        "metric": metric,
+        "x_labels": {a: x_labels[a] for a in x_labels if a in df},
+        "warnings": warnings,
+        "grouping": [],
+    }
     return df
 
 
@@ -163,26 +206,48 @@ def load_runs(
     paths: str | Path | list,
     metric: str = DEFAULT_METRIC,
     name_pattern: str = DEFAULT_NAME_PATTERN,
+    pool: tuple[str, ...] = (),
+    allow_copies: bool = False,
 ) -> pd.DataFrame:
     """Tidy table of every run dir found in `paths` (run dirs or sweep dirs); a metric asked for by a retired
-    name (`filter/skip_rate`) is read under today's, as every record is."""
+    name (`filter/skip_rate`) is read under today's, as every record is. The `variant` column is the run's
+    row: one experiment, runs that differ only in the seed (pods.analysis.groups; `pool`: keys read as one
+    experiment; `allow_copies`: keep one seed twice); attrs["grouping"] and ["warnings"] say how, and name
+    every run left out."""
     paths, metric = [paths] if isinstance(paths, (str, Path)) else paths, current_metric(metric)
     run_dirs = [d for p in paths for d in find_run_dirs(Path(p))]
     if not run_dirs:
         raise CompareError(f"no run dir (with metrics.jsonl) in {', '.join(str(p) for p in paths)}")
-    frames = [f for f in (read_run(d, metric, name_pattern) for d in run_dirs) if not f.empty]
+    read = [read_run(d, metric, name_pattern) for d in run_dirs]
+    frames = [f for f in read if not f.empty]
     if not frames:
         found = ", ".join(_logged_metrics(run_dirs)) or "none"
         raise CompareError(
             f"none of the {len(run_dirs)} runs logged {metric!r}; choose --metric from: {found}"
         )
-    df = _finish(dedupe_runs(frames), metric, {a: a for a in X_AXES})
+    left_out = [
+        f"run {f.attrs['meta'].run!r} ({f.attrs['meta'].where}) left out: no eval of {metric}"
+        for f in read
+        if f.empty
+    ]
+    frames = dedupe_runs(frames)
+    made = rows([f.attrs["meta"] for f in frames], pool, allow_copies)
+    frames = [with_attrs(f.assign(variant=made.label[f.run.iat[0]]), f) for f in frames]
+    df = _finish(frames, metric, {a: a for a in X_AXES})
     df.attrs["plain"] = plain_variants(frames)
+    df.attrs["grouping"] = made.grouping
+    df.attrs["warnings"] = [*left_out, *made.warnings, *df.attrs["warnings"]]
     return df
 
 
+def with_attrs(frame: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    frame.attrs = dict(like.attrs)
+    return frame
+
+
 def dedupe_runs(frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
-    """The same run name in two sources stays two runs: later ones get #2, #3, ..."""
+    """The same run name in two sources stays two runs: later ones get #2, #3, ... (a run dir's attrs["meta"]
+    follows)."""
     seen: dict[str, int] = {}
     out = []
     for frame in frames:
@@ -191,7 +256,13 @@ def dedupe_runs(frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > 1:
                 renames[name] = f"{name}#{seen[name]}"
-        out.append(frame.assign(run=frame.run.replace(renames)) if renames else frame)
+        if renames:
+            attrs = dict(frame.attrs)
+            if "meta" in attrs:
+                attrs["meta"] = replace(attrs["meta"], run=renames.get(attrs["meta"].run, attrs["meta"].run))
+            frame = frame.assign(run=frame.run.replace(renames))
+            frame.attrs = attrs
+        out.append(frame)
     return out
 
 
@@ -281,7 +352,13 @@ def load_wandb_csv(
     df = _finish(frames, metric, {axis: x_col})
     if df.empty:
         raise CompareError(f"{path}: no numeric ({x_col}, {metric}) pair in any run")
+    df.attrs["grouping"] = [by_name(path, "a W&B export")]
     return df
+
+
+def by_name(path, what: str) -> str:
+    """The header line of a source without configs."""
+    return f"rows by name: {path} is {what}, which holds no config: its runs are grouped by the variant their name gives"
 
 
 def is_long_table(columns) -> bool:
@@ -325,12 +402,13 @@ def load_long(
             seed = str(rdf["seed"].iat[0]) if "seed" in rdf else parse_run_name(run, name_pattern)[1]
         else:
             variant, seed = parse_run_name(run, name_pattern)
-        xy = rdf[[x_col, "value"]].apply(pd.to_numeric, errors="coerce").dropna()
+        xy = rdf[[x_col, "value"]].apply(pd.to_numeric, errors="coerce").dropna(subset=[x_col])
         frame = pd.DataFrame({axis: xy[x_col], "value": xy["value"]}, dtype=float)
         frames.append(frame.assign(run=run, variant=variant, seed=seed))
     df = _finish(frames, metric or "value", {axis: x_col}) if frames else pd.DataFrame()
     if df.empty:
         raise CompareError(f"{path}: no row with a numeric {x_col} and value")
+    df.attrs["grouping"] = [by_name(path, "a long table")]
     return df
 
 
@@ -372,8 +450,11 @@ def load_inputs(
     metric: str | None = None,
     x_col: str | None = None,
     name_pattern: str = DEFAULT_NAME_PATTERN,
+    pool: tuple[str, ...] = (),
+    allow_copies: bool = False,
 ) -> pd.DataFrame:
-    """One tidy table from every input; run dirs, sweep dirs and files may be mixed."""
+    """One tidy table from every input; run dirs, sweep dirs and files may be mixed (`pool`, `allow_copies`:
+    load_runs')."""
     compile_name_pattern(name_pattern)
     frames, dirs = [], []
     for p in map(Path, paths):
@@ -384,15 +465,33 @@ def load_inputs(
         else:
             frames.append(load_file(p, metric, x_col, name_pattern))
     if dirs:
-        frames.append(load_runs(dirs, metric or DEFAULT_METRIC, name_pattern))
+        frames.append(load_runs(dirs, metric or DEFAULT_METRIC, name_pattern, pool, allow_copies))
     if len(frames) == 1:
         return frames[0]
     metrics = {f.attrs["metric"] for f in frames}
     df = pd.concat(dedupe_runs(frames), ignore_index=True)
-    df = df.dropna(axis=1, how="any")  # axes some input lacks become NaN: drop them
+    df = df.dropna(axis=1, how="all")  # an axis no input has; one some inputs lack stays (curves.check_axis)
     if not any(a in df for a in X_AXES):
         raise CompareError("the inputs share no x axis (train_time, step or rollouts); compare them apart")
     labels = {k: v for f in frames for k, v in f.attrs["x_labels"].items() if k in df}
     plain = {k: v for f in frames for k, v in f.attrs.get("plain", {}).items()}
+    warnings = [w for f in frames for w in f.attrs.get("warnings", [])]
+    grouping = [g for f in frames for g in f.attrs.get("grouping", [])]
     df.attrs = {"metric": " / ".join(sorted(metrics)), "x_labels": labels, "plain": plain}
+    df.attrs.update(grouping=grouping, warnings=[*warnings, *seed_twice(df, allow_copies)])
     return df
+
+
+def seed_twice(df: pd.DataFrame, allow: bool) -> list[str]:
+    """Refuse a row (variant) that holds one seed in two runs across inputs (the same export read twice, say);
+    with `allow`, the warning that says both were kept."""
+    runs = df.groupby(["variant", "seed"], sort=True)["run"].unique()
+    twice = runs[runs.map(len) > 1]
+    if twice.empty:
+        return []
+    said = [f"runs {', '.join(map(str, n))} are seed {s} of {v!r} twice" for (v, s), n in twice.items()]
+    if not allow:
+        raise CompareError(
+            f"{said[0]}: two runs of one seed are not two seeds; read one of them, or pass --allow-copies"
+        )
+    return [f"--allow-copies: {w}, all kept" for w in said]

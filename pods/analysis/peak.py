@@ -305,6 +305,7 @@ class Summary:
     x_min: float | None = None  # the window (budget) in x_label's unit; None: open
     x_max: float | None = None
     warnings: list[str] = field(default_factory=list)
+    grouping: list[str] = field(default_factory=list)  # how the runs became rows (pods.analysis.groups)
 
 
 def scored_curves(c: Curves) -> Curves:

@@ -93,6 +93,7 @@ def summary_frame(summary: Summary) -> pd.DataFrame:
         "rule_description": summary.rule.describe(),
         "grid": grid_text(summary),
         "warnings": " | ".join(summary.warnings),
+        "grouping": " | ".join(summary.grouping),
         "n_boot": summary.n_boot,
         "tests": TESTS_TEXT.format(n_boot=summary.n_boot, seed=summary.seed),
     }
@@ -151,6 +152,7 @@ def to_markdown(summary: Summary) -> str:
         f"- {summary.rule.gap_text()}",
         f"- grid: {grid_text(summary)}",
         f"- tests: {TESTS_TEXT.format(n_boot=summary.n_boot, seed=summary.seed)}",
+        *[f"- {line}" for line in summary.grouping],
         "- runs (variant <- runs):",
         *[f"  - {line}" for line in runs_text(summary)],
         *[f"- warning: {w}" for w in summary.warnings],

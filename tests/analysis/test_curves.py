@@ -218,7 +218,9 @@ def write_wandb_csv(path: Path) -> Path:
 
 def test_load_wandb_csv(tmp_path):
     df = load_wandb_csv(write_wandb_csv(tmp_path / "export.csv"))
-    assert df.attrs == {"metric": "eval/accuracy", "x_labels": {"train_time": "eval/time"}}
+    assert df.attrs["metric"] == "eval/accuracy" and df.attrs["x_labels"] == {"train_time": "eval/time"}
+    assert df.attrs["grouping"][0].endswith("export.csv is a W&B export, which holds no config: its runs are "
+                                            "grouped by the variant their name gives")  # fmt: skip
     assert list(df.columns) == ["run", "variant", "seed", "train_time", "value"]
     s2 = df[df.run == "grpo-s2"]
     assert s2.train_time.tolist() == [0, 60, 100] and s2.value.tolist() == [0.2, 0.6, 0.8]
@@ -252,7 +254,8 @@ def test_load_long_table_csv_jsonl_and_json(tmp_path):
     with pytest.raises(CompareError, match="choose --metric from: acc, loss"):
         load_file(tmp_path / "long.csv", None, None, DEFAULT_NAME_PATTERN)
     df = load_file(tmp_path / "long.csv", "acc", None, DEFAULT_NAME_PATTERN)
-    assert df.attrs == {"metric": "acc", "x_labels": {"train_time": "x"}}
+    assert df.attrs["metric"] == "acc" and df.attrs["x_labels"] == {"train_time": "x"}
+    assert "long.csv is a long table, which holds no config" in df.attrs["grouping"][0]
     assert df[["run", "variant", "seed", "train_time", "value"]].values.tolist() == [
         ["grpo-s1", "grpo", "1", 0.0, 0.2],
         ["grpo-s1", "grpo", "1", 60.0, 0.5],

@@ -20,7 +20,7 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
-from tests.conftest import SAME_RUN_KEYS
+from tests.conftest import SAME_RUN_KEYS, run_name_of
 from tests.slurm.conftest import (
     Submitted,
     cancel,
@@ -166,7 +166,6 @@ def test_a_request_the_partition_cannot_hold_is_one_line(bad, tmp_path):
 # test_slurm.py's requeue run (no periodic checkpoint: the job resumes from what its signal handler saved),
 # as DDP over 2 nodes x 1 task
 RUN_LONG = [*RUN_REQUEUE, "hardware.distributed=ddp", "hardware.num_threads=1"]
-NAME = "max_variance-n4-m2-s0"
 
 
 def uninterrupted_two_nodes(sweep: Path) -> Submitted:
@@ -193,7 +192,7 @@ def rank_events(sweep: Path) -> dict[int, list[tuple[str, int]]]:
 
 def test_two_node_job_requeued_and_timed_out_resumes_exactly(tmp_path):
     sweep = tmp_path / "sweep"
-    run_dir = sweep / NAME
+    run_dir = sweep / run_name_of(*RUN_LONG, *SLOW)  # the requeued job's: SLOW's plugin knob is in its name
     # the uninterrupted run goes beside the requeued one once that one's handler is installed (it trains after
     # its requeue, or has saved on both signals): neither job kills anything, and 4 CPUs a node hold both
     ref_sweep, started = tmp_path / "uninterrupted", []
@@ -207,7 +206,7 @@ def test_two_node_job_requeued_and_timed_out_resumes_exactly(tmp_path):
         for job in started:
             job.stop()
     assert proc.returncode == 0, proc.stderr[-2000:] + _job_logs(ref_sweep)[-4000:]
-    uninterrupted = ref_sweep / NAME
+    uninterrupted = ref_sweep / run_name_of(*RUN_LONG)
     logs = out_logs(sweep)  # each task's stdout once (pods's lines go to its stderr too)
     events = rank_events(sweep)
     assert sorted(events) == [0, 1], events

@@ -17,6 +17,7 @@ import torch
 
 from pods import checkpoint as ckpt
 from pods.tracking import read_metrics
+from tests.conftest import run_name_of
 from tests.slurm.conftest import job_state, jobs_under, submit, sweep_jobs, wait_submitter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,11 @@ def test_smoke_sweep_runs_on_slurm_and_compare_reads_it(tmp_path):
     proc = submit([sys.executable, *cmd[1:], f"hydra.sweep.dir={sweep}"], sweep, 300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:] + _job_logs(sweep)[-3000:]
     runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
-    assert runs == ["max_variance-n4-m2-s0", "max_variance-n4-m2-s1", "random-n4-m2-s0", "random-n4-m2-s1"]
+    over = [a for a in cmd[4:] if "," not in a]  # the sweep's shared overrides; its two swept keys below
+    expected = [
+        run_name_of(*over, f"selector={s}", f"seed={k}") for s in ("max_variance", "random") for k in (0, 1)
+    ]
+    assert runs == sorted(expected) and all("-n4-m2-" in r for r in runs)
     assert all([r["step"] for r in _train(sweep / r)] == [1, 2, 3] for r in runs)
     assert len(list((sweep / ".submitit").glob("*/*_submission.sh"))) == 1  # one array job of 4
     out = subprocess.run(
@@ -193,7 +198,7 @@ def test_requeue_and_time_limit_lose_nothing(tmp_path):
     the job save and requeue itself. Once both have happened the test lifts the time limit and the run ends.
     The same run uninterrupted, the reference, runs on this machine beside the job's slow steps."""
     sweep = tmp_path / "sweep"
-    run_dir = sweep / "max_variance-n4-m2-s0"
+    run_dir = sweep / run_name_of(*RUN, *SLOW)  # the job's own run: SLOW's plugin knob is in its name
     uninterrupted, log, started = tmp_path / "uninterrupted", tmp_path / "uninterrupted.log", []
     try:
         requeue_and_time_limit([*SLURM, *RUN], sweep, run_dir, tmp_path / "submit.log",
