@@ -44,8 +44,10 @@ def count_optimizer_steps(trainer) -> None:
     def counted(*_):
         trainer.optimizer_steps += 1
 
-    if hasattr(trainer.optimizer, "register_step_post_hook"):
-        trainer.optimizer.register_step_post_hook(counted)
+    # accelerate's AcceleratedOptimizer (several processes) wraps the torch optimizer without its hook lists
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    if hasattr(optimizer, "register_step_post_hook"):
+        optimizer.register_step_post_hook(counted)
 
 
 def snapshot(trainer) -> stopping.StepSnapshot | None:
