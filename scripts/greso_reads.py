@@ -12,7 +12,6 @@ last three checkpoints, paired by seed; mean and 95% bootstrap interval over pai
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pods.analysis.curves import build_curves  # noqa: E402
-from pods.analysis.load import find_run_dirs, load_runs  # noqa: E402
+from pods.analysis.load import find_run_dirs, load_runs, run_label  # noqa: E402
 from pods.analysis.peak import after_start, mean_curve, peak, time_to_threshold  # noqa: E402
 from pods.tracking import read_metrics  # noqa: E402
 
@@ -46,8 +45,7 @@ def run_dirs_by_name(runs: list[Path]) -> dict[str, Path]:
     held by two dirs is refused (the totals would come from one of them)."""
     out: dict[str, Path] = {}
     for d in runs:
-        info = d / "run_info.json"
-        name = str(json.loads(info.read_text()).get("name", d.name)) if info.is_file() else d.name
+        name = run_label(d)
         if name in out:
             sys.exit(f"two run dirs hold run {name!r}: {out[name]} and {d}; read one of them")
         out[name] = d

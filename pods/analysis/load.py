@@ -81,8 +81,13 @@ def find_run_dirs(path: Path, max_depth: int = 3) -> list[Path]:
 def read_jsonl(path: Path) -> list[dict]:
     """Records of a jsonl file, skipping a torn last line from a killed run; metrics under today's names
     (`filter/skipped` written before one word per stage is read as `prefilter/skipped`)."""
+    return parse_jsonl(Path(path).read_text())
+
+
+def parse_jsonl(text: str) -> list[dict]:
+    """read_jsonl's records of a jsonl file's text."""
     records = []
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -133,18 +138,30 @@ def _value(v) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
 
 
+def read_run_info(run_dir: Path) -> dict:
+    """A run dir's run_info.json ({} where it has none)."""
+    path = Path(run_dir) / "run_info.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def run_label(run_dir: Path, info: dict | None = None) -> str:
+    """The name a run is read under: run_info.json's `name`, else its directory's name (a launcher's, such as
+    `seed-6105_arm-...`, where run_info.json names the run)."""
+    info = read_run_info(run_dir) if info is None else info
+    return str(info.get("name", Path(run_dir).name))
+
+
 def read_run(run_dir: Path, metric: str, name_pattern: str) -> pd.DataFrame:
     """The evals of one pods run dir that carry `metric` (a null value as NaN, named by _finish); who the run
     is (attrs["meta"], for pods.analysis.groups) and whether it is plain GRPO (attrs["plain"])."""
-    info_path = run_dir / "run_info.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    name = str(info.get("name", run_dir.name))
+    info = read_run_info(run_dir)
+    name = run_label(run_dir, info)
     if "variant" in info:
         variant, seed = str(info["variant"]), str(info.get("seed", 0))
     else:
         variant, seed = parse_run_name(name, name_pattern)
-    text = (run_dir / "metrics.jsonl").read_bytes()
-    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if metric in r]
+    text = (run_dir / "metrics.jsonl").read_bytes()  # read once: the records and the copies' fingerprint
+    recs = [r for r in parse_jsonl(text.decode()) if metric in r]
     cols = {a: [r.get(a, np.nan) for r in recs] for a in X_AXES}
     frame = pd.DataFrame({**cols, "value": [_value(r[metric]) for r in recs]}, dtype=float)
     frame = frame.assign(run=name, variant=variant, seed=seed)[_COLUMNS]
