@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from types import SimpleNamespace
 
@@ -135,21 +136,43 @@ def test_a_run_says_both_once(make_cfg, tmp_path, caplog):
     assert "sampling.temperature=0.0001" in zero[0]
 
 
+class TwoLines(logging.Handler):
+    """Sets `seen` once two waiting lines were logged: the slow reward returns then, however late a loaded
+    machine schedules the watcher thread (a fixed sleep would count its lines by the machine's speed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.seen = 0, threading.Event()
+
+    def emit(self, record):
+        self.count += 1
+        if self.count >= 2:
+            self.seen.set()
+
+
+TWO_LINES = TwoLines()
+
+
 def slow_reward(completions, answers, **kw):
-    time.sleep(0.35)
+    assert TWO_LINES.seen.wait(30), "the watcher logged fewer than two lines in 30 s"
     return [0.0] * len(completions)
 
 
 def test_a_waiting_plugin_reward_names_itself_every_interval(monkeypatch, caplog):
     monkeypatch.setattr(limit, "WAIT_LINE_S", 0.1)
-    with caplog.at_level(logging.WARNING, logger="pods"):
-        assert limit.call_with_limit("slow", slow_reward, 5.0, ["x"], ["1"]) == [0.0]
+    pods_log = logging.getLogger("pods")
+    pods_log.addHandler(TWO_LINES)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pods"):
+            assert limit.call_with_limit("slow", slow_reward, 60.0, ["x"], ["1"]) == [0.0]
+    finally:
+        pods_log.removeHandler(TWO_LINES)
     lines = [r.getMessage() for r in caplog.records]
     assert 2 <= len(lines) <= 4, lines
     assert lines[0].startswith(
         f"reward 'slow' ({__name__}.slow_reward) still running after 0 s (the run stops at "
     )
-    assert "reward.plugin_timeout_s=5 s" in lines[0]
+    assert "reward.plugin_timeout_s=60 s" in lines[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="pods"):
         limit.call_with_limit("fast", lambda c, a: [1.0], 5.0, ["x"], ["1"])
